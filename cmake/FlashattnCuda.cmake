@@ -1,0 +1,42 @@
+# Decides whether the CUDA backends are built (FLASHATTN_CUDA = AUTO/ON/OFF) and provides
+# flashattn_add_cuda_sources(target) that adds every kernel under src/cuda/.
+
+set(FLASHATTN_WITH_CUDA OFF)
+if(NOT FLASHATTN_CUDA STREQUAL "OFF")
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER AND CMAKE_VERSION VERSION_LESS 3.28)
+    # Older CMake does not know nvcc 13's C++20 dialect; scripts/setup.sh installs a newer CMake.
+    set(_fa_why "CMake ${CMAKE_VERSION} is older than 3.28, which the CUDA backends need")
+    if(FLASHATTN_CUDA STREQUAL "ON")
+      message(FATAL_ERROR "FLASHATTN_CUDA=ON: ${_fa_why}")
+    endif()
+    message(WARNING "flashattn: building without CUDA: ${_fa_why}")
+  elseif(CMAKE_CUDA_COMPILER)
+    set(FLASHATTN_WITH_CUDA ON)
+  elseif(FLASHATTN_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "FLASHATTN_CUDA=ON but no CUDA compiler was found (set CMAKE_CUDA_COMPILER)")
+  endif()
+endif()
+
+if(FLASHATTN_WITH_CUDA)
+  set(CMAKE_CUDA_ARCHITECTURES ${FLASHATTN_CUDA_ARCHS})
+  enable_language(CUDA)
+  set(CMAKE_CUDA_STANDARD 20)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+  find_package(CUDAToolkit REQUIRED)
+  message(STATUS "flashattn: CUDA backends ON (archs ${FLASHATTN_CUDA_ARCHS}, nvcc ${CMAKE_CUDA_COMPILER_VERSION})")
+else()
+  message(STATUS "flashattn: CUDA backends OFF")
+endif()
+
+function(flashattn_add_cuda_sources target)
+  file(GLOB_RECURSE _fa_cuda_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/cuda/*.cu
+       ${PROJECT_SOURCE_DIR}/src/cuda/*.cpp)
+  target_sources(${target} PRIVATE ${_fa_cuda_sources})
+  target_compile_definitions(${target} PUBLIC FLASHATTN_WITH_CUDA=1)
+  target_link_libraries(${target} PUBLIC CUDA::cudart)
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -Xcompiler=-Wall>)
+  set_target_properties(${target} PROPERTIES CUDA_SEPARABLE_COMPILATION OFF)
+endfunction()

@@ -1,0 +1,39 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "flashattn/error.h"
+#include "flashattn/params.h"
+#include "flashattn/tensor.h"
+
+namespace flashattn {
+
+// Each call validates its arguments completely before anything is written; on a bad argument it throws
+// Error(Status::invalid_argument) naming the argument, what was expected and what was given.
+// Calls on CUDA tensors are asynchronous on `stream` and never synchronise the device.
+void forward(const FwdParams& params, Stream stream = nullptr);
+void backward(const BwdParams& params, Stream stream = nullptr);
+void forward_kvcache(const KVCacheParams& params, Stream stream = nullptr);
+
+// How each registered backend answers a given call: the one dispatch would pick has `chosen` set.
+struct BackendSupport {
+  std::string name;
+  DeviceType device;
+  bool supported = false;
+  bool chosen = false;
+  std::string reason;  // why not, when !supported
+};
+
+std::vector<BackendSupport> query_backends(const FwdParams& params);
+std::vector<BackendSupport> query_backends(const BwdParams& params);
+std::vector<BackendSupport> query_backends(const KVCacheParams& params);
+
+// Names of every backend compiled into this build, in dispatch preference order.
+std::vector<std::string> backend_names();
+
+// Whether this build has CUDA kernels, and how many CUDA devices the runtime sees (0 without CUDA).
+bool built_with_cuda();
+int cuda_device_count();
+
+}  // namespace flashattn

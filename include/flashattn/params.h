@@ -1,0 +1,80 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "flashattn/tensor.h"
+
+namespace flashattn {
+
+// Options shared by every attention call. Semantics are those of flash-attn 2.8; see docs/semantics.md.
+struct AttentionOptions {
+  // Scale applied to q.k before the softmax; unset means 1/sqrt(head_dim).
+  std::optional<float> softmax_scale;
+  // Causal mask aligned to the bottom-right corner (query i sees keys j <= i + seqlen_k - seqlen_q).
+  bool causal = false;
+  // Sliding window (left, right); -1 means unbounded on that side. Query i sees keys
+  // [i + seqlen_k - seqlen_q - left, i + seqlen_k - seqlen_q + right]. causal forces right = 0.
+  int window_left = -1;
+  int window_right = -1;
+  // Optional fp32 ALiBi slopes, (heads) or (batch, heads): adds -slope * |i + seqlen_k - seqlen_q - j|.
+  Tensor alibi_slopes;
+  // > 0: a score s becomes softcap * tanh(s / softcap) (applied after softmax_scale, before ALiBi).
+  float softcap = 0.0f;
+  // Name of the backend to use; empty picks the fastest one that supports the call.
+  std::string backend;
+};
+
+// Forward of exact attention. Dense layout: q (B, Sq, H, D), k/v (B, Sk, Hk, D), out like q.
+// Varlen layout (cu_seqlens_q/k present): q (total_q, H, D), k/v (total_k, Hk, D).
+struct FwdParams {
+  Tensor q, k, v;
+  Tensor out;          // written: same shape and dtype as q
+  Tensor softmax_lse;  // optional, written: fp32 (B, H, Sq) dense, (H, total_q) varlen; natural log
+  Tensor cu_seqlens_q, cu_seqlens_k;  // int32 (B + 1), both or neither
+  int64_t max_seqlen_q = 0, max_seqlen_k = 0;  // varlen only: upper bounds of the per-sequence lengths
+  AttentionOptions options;
+  // Dropout on the attention probabilities with a counter-based RNG: the same (seed, offset) gives the
+  // same keep mask on every backend, so backward replays it. Must be in [0, 1).
+  float dropout_p = 0.0f;
+  uint64_t seed = 0, offset = 0;
+};
+
+// Backward. Reads q, k, v, out, softmax_lse (required) and dout; writes dq, dk, dv (like q, k, v).
+// For GQA, dk/dv are summed over the query heads of each kv head.
+struct BwdParams : FwdParams {
+  Tensor dout;
+  Tensor dq, dk, dv;
+  // Ask for bitwise reproducible gradients (no floating-point atomics).
+  bool deterministic = false;
+};
+
+// Attention against a KV cache (flash_attn_with_kvcache).
+//   q (B, Sq, H, D); k_cache/v_cache (Bc, Sc, Hk, D), or paged (num_blocks, page_size, Hk, D) with
+//   block_table (B, max_blocks) int32 (any page_size >= 1).
+//   Optional k_new/v_new (B, Sn, Hk, D) are written into the cache at cache_seqlens[b] before attending.
+//   Optional rotary_cos/sin (Sro, rotary_dim / 2) rotate q and k_new (interleaved: pairs (2i, 2i+1);
+//   otherwise NeoX halves) at absolute cache positions.
+struct KVCacheParams {
+  Tensor q;
+  Tensor k_cache, v_cache;  // updated in place when k_new/v_new are given
+  Tensor k_new, v_new;
+  Tensor out;          // written: like q
+  Tensor softmax_lse;  // optional, written: fp32 (B, H, Sq)
+  Tensor cache_seqlens;  // int32 (B); absent means cache_seqlens_scalar for every sequence
+  int64_t cache_seqlens_scalar = -1;  // used when cache_seqlens is absent; -1 means the whole cache
+  Tensor cache_batch_idx;  // int32 (B): cache row of each batch entry (contiguous caches only)
+  Tensor cache_leftpad;    // int32 (B): first valid cache position of each sequence
+  Tensor block_table;      // int32 (B, max_blocks): paged cache
+  Tensor rotary_cos, rotary_sin;
+  bool rotary_interleaved = true;
+  AttentionOptions options;
+  int num_splits = 0;  // split-KV hint for GPU decode kernels; 0 lets the backend choose
+};
+
+// Opaque stream handle: a cudaStream_t for CUDA tensors, ignored for CPU tensors. nullptr is the
+// default (legacy) stream.
+using Stream = void*;
+
+}  // namespace flashattn

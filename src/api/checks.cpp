@@ -1,0 +1,118 @@
+#include "api/checks.h"
+
+#include <sstream>
+
+namespace flashattn::detail {
+
+std::string dims_string(std::initializer_list<int64_t> dims) {
+  std::ostringstream s;
+  s << '[';
+  bool first = true;
+  for (int64_t d : dims) {
+    if (!first) s << ", ";
+    s << d;
+    first = false;
+  }
+  s << ']';
+  return s.str();
+}
+
+std::string shape_string(const Tensor& t) {
+  std::ostringstream s;
+  s << '[';
+  for (int i = 0; i < t.ndim; ++i) s << (i ? ", " : "") << t.shape[i];
+  s << ']';
+  return s.str();
+}
+
+void ArgChecker::fail(const std::string& arg, const std::string& expected,
+                      const std::string& got) const {
+  throw Error(Status::invalid_argument,
+              std::string(function_) + ": " + arg + ": expected " + expected + ", got " + got);
+}
+
+namespace {
+
+// Largest element offset reachable through the view, or -1 on int64 overflow.
+int64_t max_offset(const Tensor& t) {
+  int64_t off = 0;
+  for (int i = 0; i < t.ndim; ++i) {
+    if (t.shape[i] == 0) return 0;
+    int64_t term;
+    if (__builtin_mul_overflow(t.shape[i] - 1, t.stride[i] < 0 ? -t.stride[i] : t.stride[i], &term) ||
+        __builtin_add_overflow(off, term, &off))
+      return -1;
+  }
+  return off;
+}
+
+}  // namespace
+
+void ArgChecker::tensor(const Tensor& t, const char* name, int rank, const char* dims) const {
+  if (!t.present()) fail(name, std::string("a tensor ") + dims, "none");
+  if (t.ndim != rank)
+    fail(name, std::to_string(rank) + " dims " + dims,
+         std::to_string(t.ndim) + " dims " + shape_string(t));
+  for (int i = 0; i < t.ndim; ++i) {
+    if (t.shape[i] < 0)
+      fail(name, "non-negative sizes", "shape " + shape_string(t));
+    if (t.stride[i] < 0)
+      fail(name, "non-negative strides", "stride " + std::to_string(t.stride[i]) + " in dim " +
+                                             std::to_string(i));
+  }
+  int64_t n = t.numel();
+  if (n > 0 && t.data == nullptr) fail(name, "non-null data for " + std::to_string(n) + " elements", "nullptr");
+  if (t.shape[rank - 1] > 1 && t.stride[rank - 1] != 1)
+    fail(name, "a contiguous last dim (stride 1)",
+         "stride " + std::to_string(t.stride[rank - 1]));
+  int64_t off = max_offset(t);
+  int64_t bytes;
+  if (off < 0 || __builtin_mul_overflow(off + 1, int64_t(dtype_size(t.dtype)), &bytes))
+    fail(name, "element offsets that fit in int64", "shape " + shape_string(t) + " with strides too large");
+  if (t.data && reinterpret_cast<uintptr_t>(t.data) % uintptr_t(dtype_size(t.dtype)) != 0)
+    fail(name, std::string("data aligned to ") + std::to_string(dtype_size(t.dtype)) + " bytes",
+         "a misaligned pointer");
+}
+
+void ArgChecker::dtype(const Tensor& t, const char* name, DType expected) const {
+  if (t.dtype != expected) fail(name, std::string("dtype ") + dtype_name(expected), dtype_name(t.dtype));
+}
+
+void ArgChecker::float_dtype(const Tensor& t, const char* name) const {
+  if (t.dtype != DType::f32 && t.dtype != DType::f16 && t.dtype != DType::bf16)
+    fail(name, "dtype f32, f16 or bf16", dtype_name(t.dtype));
+}
+
+void ArgChecker::same_dtype(const Tensor& t, const char* name, DType expected, const char* of) const {
+  if (t.dtype != expected)
+    fail(name, std::string("dtype ") + dtype_name(expected) + " (same as " + of + ")",
+         dtype_name(t.dtype));
+}
+
+void ArgChecker::device(const Tensor& t, const char* name, Device expected, const char* of) const {
+  if (!(t.device == expected))
+    fail(name, "device " + device_name(expected) + " (same as " + of + ")", device_name(t.device));
+}
+
+void ArgChecker::shape(const Tensor& t, const char* name, std::initializer_list<int64_t> expected,
+                       const char* dims) const {
+  bool ok = int(expected.size()) == t.ndim;
+  int i = 0;
+  for (int64_t d : expected) {
+    if (!ok) break;
+    ok = t.shape[i++] == d;
+  }
+  if (!ok) fail(name, "shape " + dims_string(expected) + " " + dims, "shape " + shape_string(t));
+}
+
+void ArgChecker::contiguous(const Tensor& t, const char* name) const {
+  int64_t expect = 1;
+  for (int i = t.ndim - 1; i >= 0; --i) {
+    if (t.shape[i] > 1 && t.stride[i] != expect)
+      fail(name, "a contiguous tensor", "stride " + std::to_string(t.stride[i]) + " in dim " +
+                                           std::to_string(i) + " of shape " + shape_string(t));
+    expect *= t.shape[i];
+  }
+}
+
+}  // namespace flashattn::detail

@@ -1,0 +1,19 @@
+#include "api/backends.h"
+
+namespace flashattn::detail {
+
+const std::vector<Backend>& registry() {
+  // Fastest first within each device; the CPU reference is last everywhere: it is the oracle, not a
+  // production path, and is chosen only when nothing else supports a call.
+  static const std::vector<Backend> backends = {
+#if defined(FLASHATTN_WITH_CUDA)
+      cuda_fa2_simt_backend(),
+      cuda_fa1_simt_backend(),
+      cuda_naive_backend(),
+#endif
+      cpu_reference_backend(),
+  };
+  return backends;
+}
+
+}  // namespace flashattn::detail

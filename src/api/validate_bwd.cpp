@@ -1,0 +1,26 @@
+#include "api/validate.h"
+#include "api/validate_fwd_core.h"
+#include "api/validate_common.h"
+
+namespace flashattn::detail {
+
+BwdProblem make_bwd_problem(const BwdParams& p) {
+  ArgChecker c("flashattn::backward");
+  BwdProblem pr;
+  static_cast<FwdProblem&>(pr) = make_fwd_core(c, p);
+  check_out_like_q(c, p.out, "out", p.q);
+  pr.out = rows_view(p.out);
+  pr.lse = lse_view(c, p.softmax_lse, pr, /*required=*/true);
+  check_out_like_q(c, p.dout, "dout", p.q);
+  check_out_like_q(c, p.dq, "dq", p.q);
+  check_like(c, p.dk, "dk", p.k, "k");
+  check_like(c, p.dv, "dv", p.v, "v");
+  pr.dout = rows_view(p.dout);
+  pr.dq = rows_view(p.dq);
+  pr.dk = rows_view(p.dk);
+  pr.dv = rows_view(p.dv);
+  pr.deterministic = p.deterministic;
+  return pr;
+}
+
+}  // namespace flashattn::detail

@@ -1,0 +1,25 @@
+#pragma once
+
+// Pieces of validation shared by forward, backward and KV-cache calls.
+
+#include "api/checks.h"
+#include "api/problem.h"
+#include "flashattn/params.h"
+
+namespace flashattn::detail {
+
+constexpr int64_t kMaxHeadDim = 256;
+
+// head_dim must be a positive multiple of 8, at most kMaxHeadDim.
+void check_head_dim(const ArgChecker& c, const char* name, int64_t head_dim);
+// heads must be a positive multiple of heads_k.
+void check_heads(const ArgChecker& c, int64_t heads, int64_t heads_k, const char* k_name);
+
+// Validates softmax_scale, window, softcap and ALiBi slopes and returns them normalised.
+ScoreParams make_score_params(const ArgChecker& c, const AttentionOptions& o, int64_t batch,
+                              int64_t heads, int64_t head_dim, Device device);
+
+// A (rows, heads, dim) view of a 4-dim dense (B, S, H, D) or 3-dim varlen (total, H, D) tensor.
+RowsView rows_view(const Tensor& t);
+
+}  // namespace flashattn::detail

@@ -1,0 +1,187 @@
+#include <string>
+
+#include "api/validate.h"
+#include "api/validate_common.h"
+#include "api/validate_fwd_core.h"
+
+namespace flashattn::detail {
+
+namespace {
+
+const int32_t* index_tensor(const ArgChecker& c, const Tensor& t, const char* name, int64_t batch,
+                            Device device) {
+  if (!t.present()) return nullptr;
+  c.tensor(t, name, 1, "(batch)");
+  c.dtype(t, name, DType::i32);
+  c.device(t, name, device, "q");
+  c.shape(t, name, {batch}, "(batch)");
+  return static_cast<const int32_t*>(t.data);
+}
+
+// Host-side checks of the index values, possible only when they live on the CPU.
+void check_index_values(const ArgChecker& c, const KVCacheParams& p, const KVCacheProblem& pr) {
+  auto at = [](const int32_t* v, int64_t stride, int64_t i) { return v[i * stride]; };
+  for (int64_t b = 0; b < pr.batch; ++b) {
+    const std::string bs = "[" + std::to_string(b) + "]";
+    int64_t len = pr.cache_seqlens ? at(pr.cache_seqlens, p.cache_seqlens.stride[0], b)
+                                   : pr.cache_seqlens_scalar;
+    if (len < 0 || len + pr.seqlen_new > pr.cache.capacity)
+      c.fail("cache_seqlens" + bs,
+             "a length in [0, " + std::to_string(pr.cache.capacity - pr.seqlen_new) +
+                 "] (cache capacity " + std::to_string(pr.cache.capacity) + " minus " +
+                 std::to_string(pr.seqlen_new) + " new tokens)",
+             std::to_string(len));
+    if (pr.cache_batch_idx) {
+      int64_t idx = at(pr.cache_batch_idx, p.cache_batch_idx.stride[0], b);
+      if (idx < 0 || idx >= pr.cache.batches)
+        c.fail("cache_batch_idx" + bs, "an index in [0, " + std::to_string(pr.cache.batches) + ")",
+               std::to_string(idx));
+    }
+    if (pr.cache_leftpad) {
+      int64_t pad = at(pr.cache_leftpad, p.cache_leftpad.stride[0], b);
+      if (pad < 0 || pad > len)
+        c.fail("cache_leftpad" + bs, "a value in [0, cache_seqlens" + bs + " = " + std::to_string(len) + "]",
+               std::to_string(pad));
+    }
+    if (pr.cache.paged()) {
+      int64_t pages = (len + pr.seqlen_new + pr.cache.page_size - 1) / pr.cache.page_size;
+      for (int64_t i = 0; i < pages; ++i) {
+        int64_t blk = pr.cache.block_table[b * pr.cache.block_table_stride + i * p.block_table.stride[1]];
+        if (blk < 0 || blk >= pr.cache.num_blocks)
+          c.fail("block_table" + bs + "[" + std::to_string(i) + "]",
+                 "a block index in [0, " + std::to_string(pr.cache.num_blocks) + ")", std::to_string(blk));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+KVCacheProblem make_kvcache_problem(const KVCacheParams& p) {
+  ArgChecker c("flashattn::forward_kvcache");
+  KVCacheProblem pr;
+  c.tensor(p.q, "q", 4, "(batch, seqlen_q, heads, head_dim)");
+  c.float_dtype(p.q, "q");
+  pr.dtype = p.q.dtype;
+  pr.device = p.q.device;
+  pr.batch = p.q.shape[0];
+  pr.seqlen_q = p.q.shape[1];
+  pr.heads = p.q.shape[2];
+  pr.head_dim = p.q.shape[3];
+  check_head_dim(c, "q", pr.head_dim);
+  if (pr.heads <= 0) c.fail("q", "at least one head", "shape " + shape_string(p.q));
+
+  const bool paged = p.block_table.present();
+  const char* cache_dims = paged ? "(num_blocks, page_size, heads_k, head_dim)"
+                                 : "(batch_cache, seqlen_cache, heads_k, head_dim)";
+  c.tensor(p.k_cache, "k_cache", 4, cache_dims);
+  c.tensor(p.v_cache, "v_cache", 4, cache_dims);
+  c.same_dtype(p.k_cache, "k_cache", pr.dtype, "q");
+  c.same_dtype(p.v_cache, "v_cache", pr.dtype, "q");
+  c.device(p.k_cache, "k_cache", pr.device, "q");
+  c.device(p.v_cache, "v_cache", pr.device, "q");
+  pr.heads_k = p.k_cache.shape[2];
+  check_heads(c, pr.heads, pr.heads_k, "k_cache");
+  const int64_t rows0 = p.k_cache.shape[0], rows1 = p.k_cache.shape[1];
+  c.shape(p.k_cache, "k_cache", {rows0, rows1, pr.heads_k, pr.head_dim}, cache_dims);
+  c.shape(p.v_cache, "v_cache", {rows0, rows1, pr.heads_k, pr.head_dim}, cache_dims);
+
+  CacheView& cv = pr.cache;
+  cv.k = p.k_cache.data;
+  cv.v = p.v_cache.data;
+  cv.k_batch_stride = p.k_cache.stride[0];
+  cv.k_row_stride = p.k_cache.stride[1];
+  cv.k_head_stride = p.k_cache.stride[2];
+  cv.v_batch_stride = p.v_cache.stride[0];
+  cv.v_row_stride = p.v_cache.stride[1];
+  cv.v_head_stride = p.v_cache.stride[2];
+  if (paged) {
+    c.tensor(p.block_table, "block_table", 2, "(batch, max_blocks_per_seq)");
+    c.dtype(p.block_table, "block_table", DType::i32);
+    c.device(p.block_table, "block_table", pr.device, "q");
+    if (p.block_table.shape[0] != pr.batch)
+      c.fail("block_table", "shape [" + std::to_string(pr.batch) + ", max_blocks_per_seq] (batch of q)",
+             "shape " + shape_string(p.block_table));
+    if (rows1 < 1) c.fail("k_cache", "page_size (dim 1) >= 1", std::to_string(rows1));
+    if (p.cache_batch_idx.present())
+      c.fail("cache_batch_idx", "none with a paged cache (block_table selects the pages)", "a tensor");
+    cv.block_table = static_cast<const int32_t*>(p.block_table.data);
+    cv.block_table_stride = p.block_table.stride[0];
+    cv.page_size = rows1;
+    cv.num_blocks = rows0;
+    cv.capacity = p.block_table.shape[1] * rows1;
+  } else {
+    cv.batches = rows0;
+    cv.capacity = rows1;
+  }
+
+  if (p.k_new.present() != p.v_new.present())
+    c.fail(p.k_new.present() ? "v_new" : "k_new", "both k_new and v_new, or neither", "only one of them");
+  if (p.k_new.present()) {
+    c.tensor(p.k_new, "k_new", 4, "(batch, seqlen_new, heads_k, head_dim)");
+    c.same_dtype(p.k_new, "k_new", pr.dtype, "q");
+    c.device(p.k_new, "k_new", pr.device, "q");
+    pr.seqlen_new = p.k_new.shape[1];
+    c.shape(p.k_new, "k_new", {pr.batch, pr.seqlen_new, pr.heads_k, pr.head_dim},
+            "(batch, seqlen_new, heads_k, head_dim)");
+    check_like(c, p.v_new, "v_new", p.k_new, "k_new");
+    pr.k_new = rows_view(p.k_new);
+    pr.v_new = rows_view(p.v_new);
+  }
+
+  pr.cache_seqlens = index_tensor(c, p.cache_seqlens, "cache_seqlens", pr.batch, pr.device);
+  if (!pr.cache_seqlens) {
+    if (p.cache_seqlens_scalar < -1)
+      c.fail("cache_seqlens", "a length >= 0, or -1 for the whole cache", std::to_string(p.cache_seqlens_scalar));
+    pr.cache_seqlens_scalar =
+        p.cache_seqlens_scalar == -1 ? cv.capacity - pr.seqlen_new : p.cache_seqlens_scalar;
+  }
+  pr.cache_batch_idx = index_tensor(c, p.cache_batch_idx, "cache_batch_idx", pr.batch, pr.device);
+  pr.cache_leftpad = index_tensor(c, p.cache_leftpad, "cache_leftpad", pr.batch, pr.device);
+  if (!paged && !pr.cache_batch_idx && cv.batches < pr.batch)
+    c.fail("k_cache", "at least " + std::to_string(pr.batch) + " cache rows (batch of q) in dim 0",
+           "shape " + shape_string(p.k_cache));
+
+  if (p.rotary_cos.present() != p.rotary_sin.present())
+    c.fail(p.rotary_cos.present() ? "rotary_sin" : "rotary_cos", "both rotary_cos and rotary_sin, or neither",
+           "only one of them");
+  if (p.rotary_cos.present()) {
+    c.tensor(p.rotary_cos, "rotary_cos", 2, "(seqlen_rotary, rotary_dim / 2)");
+    c.same_dtype(p.rotary_cos, "rotary_cos", pr.dtype, "q");
+    c.device(p.rotary_cos, "rotary_cos", pr.device, "q");
+    check_like(c, p.rotary_sin, "rotary_sin", p.rotary_cos, "rotary_cos");
+    RotaryParams& r = pr.rotary;
+    r.dim = 2 * p.rotary_cos.shape[1];
+    r.seqlen = p.rotary_cos.shape[0];
+    if (r.dim <= 0 || r.dim > pr.head_dim)
+      c.fail("rotary_cos", "rotary_dim / 2 in [1, head_dim / 2 = " + std::to_string(pr.head_dim / 2) + "] (dim 1)",
+             std::to_string(p.rotary_cos.shape[1]));
+    if (r.seqlen < cv.capacity)
+      c.fail("rotary_cos", "at least " + std::to_string(cv.capacity) + " rows (one per cache position)",
+             std::to_string(r.seqlen) + " rows");
+    r.cos = p.rotary_cos.data;
+    r.sin = p.rotary_sin.data;
+    r.cos_row_stride = p.rotary_cos.stride[0];
+    r.sin_row_stride = p.rotary_sin.stride[0];
+    r.interleaved = p.rotary_interleaved;
+  }
+
+  pr.score = make_score_params(c, p.options, pr.batch, pr.heads, pr.head_dim, pr.device);
+  if (p.num_splits < 0) c.fail("num_splits", "a value >= 0 (0 chooses)", std::to_string(p.num_splits));
+  pr.num_splits = p.num_splits;
+
+  check_out_like_q(c, p.out, "out", p.q);
+  pr.q = rows_view(p.q);
+  pr.out = rows_view(p.out);
+  if (p.softmax_lse.present()) {
+    c.tensor(p.softmax_lse, "softmax_lse", 3, "(batch, heads, seqlen_q)");
+    c.shape(p.softmax_lse, "softmax_lse", {pr.batch, pr.heads, pr.seqlen_q}, "(batch, heads, seqlen_q)");
+    c.dtype(p.softmax_lse, "softmax_lse", DType::f32);
+    c.device(p.softmax_lse, "softmax_lse", pr.device, "q");
+    pr.lse = LseView{static_cast<float*>(p.softmax_lse.data), p.softmax_lse.stride[0], p.softmax_lse.stride[1]};
+  }
+  if (pr.device.type == DeviceType::cpu) check_index_values(c, p, pr);
+  return pr;
+}
+
+}  // namespace flashattn::detail
