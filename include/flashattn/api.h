@@ -29,8 +29,13 @@ std::vector<BackendSupport> query_backends(const FwdParams& params);
 std::vector<BackendSupport> query_backends(const BwdParams& params);
 std::vector<BackendSupport> query_backends(const KVCacheParams& params);
 
-// Names of every backend compiled into this build, in dispatch preference order.
-std::vector<std::string> backend_names();
+struct BackendInfo {
+  std::string name;
+  DeviceType device;
+};
+
+// Every backend compiled into this build, in dispatch preference order.
+std::vector<BackendInfo> list_backends();
 
 // Whether this build has CUDA kernels, and how many CUDA devices the runtime sees (0 without CUDA).
 bool built_with_cuda();

@@ -124,10 +124,10 @@ std::vector<BackendSupport> query_backends(const KVCacheParams& params) {
   return detail::query(detail::make_kvcache_problem(params), params.options.backend);
 }
 
-std::vector<std::string> backend_names() {
-  std::vector<std::string> names;
-  for (const detail::Backend& b : detail::registry()) names.emplace_back(b.name);
-  return names;
+std::vector<BackendInfo> list_backends() {
+  std::vector<BackendInfo> out;
+  for (const detail::Backend& b : detail::registry()) out.push_back({b.name, b.device});
+  return out;
 }
 
 }  // namespace flashattn

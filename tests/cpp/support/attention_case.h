@@ -1,0 +1,65 @@
+#pragma once
+
+// One attention test case: its configuration, random inputs, and helpers that run it on any backend.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "flashattn/api.h"
+#include "host_tensor.h"
+
+namespace fa_test {
+
+struct AttnConfig {
+  DType dtype = DType::f16;
+  int64_t batch = 2, seqlen_q = 64, seqlen_k = 64, heads = 4, heads_k = 4, head_dim = 64;
+  // Varlen when non-empty: one length per sequence (batch = size); seqlen_q/k are ignored.
+  std::vector<int64_t> varlen_q, varlen_k;
+  bool causal = false;
+  int window_left = -1, window_right = -1;
+  bool alibi = false, alibi_per_batch = false;
+  float softcap = 0.0f;
+  std::optional<float> softmax_scale;
+  float dropout_p = 0.0f;
+  uint64_t dropout_seed = 1234, dropout_offset = 0;
+
+  bool varlen() const { return !varlen_q.empty(); }
+  int64_t num_seqs() const { return varlen() ? int64_t(varlen_q.size()) : batch; }
+  std::string name() const;
+};
+
+struct AttnInputs {
+  AttnConfig cfg;
+  HostTensor q, k, v, dout;   // dense (B, S, H, D) or varlen (total, H, D)
+  HostTensor alibi;           // f32 (H) or (B, H), when cfg.alibi
+  HostTensor cu_seqlens_q, cu_seqlens_k;
+  int64_t max_seqlen_q = 0, max_seqlen_k = 0;
+};
+
+AttnInputs make_inputs(const AttnConfig& cfg, uint64_t seed);
+
+struct FwdOutputs {
+  HostTensor out, lse;
+};
+struct BwdOutputs {
+  HostTensor dq, dk, dv;
+};
+
+// Runs forward/backward of `backend` on `device`: inputs are copied there, outputs are poisoned first
+// and copied back. `compute` overrides the dtype of q/k/v/out (used to run the reference in fp32).
+FwdOutputs run_forward(const AttnInputs& in, const std::string& backend, Device device,
+                       std::optional<DType> compute = std::nullopt);
+BwdOutputs run_backward(const AttnInputs& in, const FwdOutputs& fwd, const std::string& backend,
+                        Device device, bool deterministic = false, std::optional<DType> compute = std::nullopt);
+
+// The fp64 oracle: cpu_reference on inputs upcast to f32 (exact), outputs in f32.
+FwdOutputs reference_forward(const AttnInputs& in);
+BwdOutputs reference_backward(const AttnInputs& in);
+
+// The device backends of this build that run on the available hardware.
+std::vector<std::string> runnable_backends(flashattn::DeviceType type);
+Device device_of(const std::string& backend);
+
+}  // namespace fa_test
