@@ -20,7 +20,7 @@ void backward(const BwdProblem& p, Stream) {
       in.dim = D;
       gather_rows(p.k, p.dtype, b, r.k_start, r.sk, hk, D, in.k);
       gather_rows(p.v, p.dtype, b, r.k_start, r.sk, hk, D, in.v);
-      std::vector<double> dk(size_t(r.sk * D), 0.0), dv(size_t(r.sk * D), 0.0);
+      std::vector<double> dk(static_cast<size_t>(r.sk * D), 0.0), dv(size_t(r.sk * D), 0.0);
       for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
         gather_rows(p.q, p.dtype, b, r.q_start, r.sq, h, D, in.q);
         std::vector<double> dout;
@@ -32,11 +32,11 @@ void backward(const BwdProblem& p, Stream) {
         std::vector<double> probs, lse;
         softmax_probs(in, qk, mask, mod, probs, lse);
 
-        std::vector<double> dq(size_t(r.sq * D), 0.0);
+        std::vector<double> dq(static_cast<size_t>(r.sq * D), 0.0);
         for (int64_t i = 0; i < r.sq; ++i) {
           const int64_t begin = mask.key_begin(i), end = mask.key_end(i);
           // dp_ij: gradient w.r.t. the undropped probability; row_dot = sum_j p_ij dp_ij = dO_i . O_i.
-          std::vector<double> dp(size_t(r.sk), 0.0);
+          std::vector<double> dp(static_cast<size_t>(r.sk), 0.0);
           double row_dot = 0;
           for (int64_t j = begin; j < end; ++j) {
             const double z = drop.keep ? (drop.keep(i, j) ? drop.scale : 0.0) : 1.0;

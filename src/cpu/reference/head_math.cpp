@@ -6,7 +6,7 @@
 namespace flashattn::detail::reference {
 
 std::vector<double> dot_products(const HeadInputs& in) {
-  std::vector<double> qk(size_t(in.sq * in.sk), 0.0);
+  std::vector<double> qk(static_cast<size_t>(in.sq * in.sk), 0.0);
   for (int64_t i = 0; i < in.sq; ++i)
     for (int64_t j = 0; j < in.sk; ++j) {
       double acc = 0;

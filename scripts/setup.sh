@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs what building and testing flashattn needs on a Debian/Ubuntu machine:
+#   * system packages (compiler, GoogleTest, OpenMP runtime, Open MPI) through apt when missing;
+#   * a Python virtual environment .venv with pinned build/test tools (requirements-dev.txt).
+# Idempotent: a second run only checks. The CUDA toolkit is optional and never installed here.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+for pkg in g++ libgtest-dev python3-venv openmpi-bin libopenmpi-dev; do
+  have_pkg "$pkg" || need+=("$pkg")
+done
+# python3-venv is only needed when the interpreter lacks the venv module (pyenv builds have it).
+if python3 -c "import venv, ensurepip" 2>/dev/null; then
+  need=("${need[@]/python3-venv}")
+fi
+need=($(printf '%s\n' "${need[@]}" | grep -v '^$' || true))
+if ((${#need[@]})); then
+  if ! command -v apt-get >/dev/null; then
+    echo "setup: missing system packages ${need[*]} and no apt-get: install them by hand" >&2
+    exit 1
+  fi
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "setup: installing ${need[*]}"
+  log=$(mktemp)
+  if ! { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq \
+         --no-install-recommends "${need[@]}"; } >"$log" 2>&1; then
+    cat "$log" >&2
+    exit 1
+  fi
+  rm -f "$log"
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+stamp=.venv/.requirements-dev.stamp
+if [ ! -f "$stamp" ] || ! cmp -s requirements-dev.txt "$stamp"; then
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -r requirements-dev.txt
+  cp requirements-dev.txt "$stamp"
+fi
+echo "setup: ok ($(.venv/bin/cmake --version | head -1), $(.venv/bin/python --version))"
