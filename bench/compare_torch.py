@@ -1,0 +1,362 @@
+"""flashattn (automatic backend choice) against PyTorch SDPA's flash, cuDNN and efficient backends, in one
+process on one GPU, over FlashAttention's benchmark sweep: hidden 2048 (heads = 2048 / head_dim),
+batch = 16384 / seqlen, seqlen 512..16k, head_dim 64/128/256, causal and not, forward and forward+backward,
+bf16 and fp16.
+
+Each implementation is first checked against a float64 reference on a slice (batch 0, head 0, the last
+--check-rows queries: their output and, for fwd+bwd, dq), with flash-attn's criterion
+    max|got - ref| <= 2 * max|naive_lowp - ref| + 4 * eps * max(1, max|ref|)
+where naive_lowp is the same slice computed naively in the low precision. Then it is timed with
+triton.testing.do_bench (median of many runs, L2 flushed between runs), or CUDA events when triton is
+missing. TFLOP/s: forward 4 * B * H * S^2 * D (halved when causal); forward+backward 3.5x that.
+
+Prints one line per measurement, then a ratio table (flashattn / each peer); writes JSON to --out and PNG
+plots (TFLOP/s against seqlen, one panel per (head_dim, causal, mode)) to --plot-dir.
+
+    python bench/compare_torch.py --out bench/results/compare_torch.json --plot-dir bench/results
+    python bench/compare_torch.py --dims 128 --seqlens 1024,4096 --modes fwd --dtypes bf16   # a subset
+"""
+
+import argparse
+import datetime
+import json
+import math
+import os
+import subprocess
+import sys
+
+IMPLEMENTATIONS = ("flashattn", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient")
+PEERS = IMPLEMENTATIONS[1:]
+DTYPES = ("bf16", "fp16")
+MODES = ("fwd", "fwdbwd")
+DEFAULT_SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
+DEFAULT_DIMS = (64, 128, 256)
+HIDDEN = 2048
+TOKENS = 16384
+
+
+def _int_list(text):
+    return tuple(int(x) for x in text.split(",") if x)
+
+
+def _choice_list(choices):
+    def parse(text):
+        values = tuple(x for x in text.split(",") if x)
+        unknown = [x for x in values if x not in choices]
+        if unknown:
+            raise argparse.ArgumentTypeError(f"unknown {unknown}; choose from {', '.join(choices)}")
+        return values
+
+    return parse
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dims", type=_int_list, default=DEFAULT_DIMS, help="head dims (default 64,128,256)")
+    p.add_argument("--seqlens", type=_int_list, default=DEFAULT_SEQLENS, help="sequence lengths (default 512..16384)")
+    p.add_argument("--causal", choices=("both", "true", "false"), default="both", help="masks to run (default both)")
+    p.add_argument("--modes", type=_choice_list(MODES), default=MODES, help="fwd and/or fwdbwd (default both)")
+    p.add_argument("--dtypes", type=_choice_list(DTYPES), default=DTYPES, help="bf16 and/or fp16 (default both)")
+    p.add_argument("--impls", type=_choice_list(IMPLEMENTATIONS), default=IMPLEMENTATIONS,
+                   help="implementations to run (default all)")
+    p.add_argument("--rep", type=int, default=100, help="do_bench repetition time in ms (default 100)")
+    p.add_argument("--warmup", type=int, default=25, help="do_bench warm-up time in ms (default 25)")
+    p.add_argument("--check-rows", type=int, default=128, help="query rows checked against fp64 (0: no check)")
+    p.add_argument("--out", default="compare_torch.json", help="JSON output path")
+    p.add_argument("--plot-dir", default=None, help="folder for PNG plots (default: beside --out)")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    return p.parse_args(argv)
+
+
+# ------------------------------------------------------------------------------------------ problem
+
+
+def problems(args):
+    causal_values = {"both": (False, True), "true": (True,), "false": (False,)}[args.causal]
+    for dtype in args.dtypes:
+        for dim in args.dims:
+            for causal in causal_values:
+                for seqlen in args.seqlens:
+                    yield dict(dtype=dtype, dim=dim, causal=causal, seqlen=seqlen, batch=max(1, TOKENS // seqlen),
+                               heads=HIDDEN // dim)
+
+
+def flops(problem, mode):
+    b, h, s, d = problem["batch"], problem["heads"], problem["seqlen"], problem["dim"]
+    forward = 4.0 * b * h * s * s * d / (2.0 if problem["causal"] else 1.0)
+    return forward * (3.5 if mode == "fwdbwd" else 1.0)
+
+
+class Inputs:
+    """q, k, v and dout in both layouts: (B, S, H, D) for flashattn, (B, H, S, D) for SDPA (each gets its
+    native layout, contiguous), with the same values."""
+
+    def __init__(self, torch, problem):
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[problem["dtype"]]
+        shape = (problem["batch"], problem["seqlen"], problem["heads"], problem["dim"])
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        self.bshd = [torch.randn(shape, device="cuda", dtype=dtype, generator=gen) for _ in range(4)]
+        self.bhsd = [x.transpose(1, 2).contiguous() for x in self.bshd]
+        self.dtype = dtype
+
+    def leaves(self, layout):
+        return [x.detach().requires_grad_() for x in (self.bshd if layout == "bshd" else self.bhsd)[:3]]
+
+    def dout(self, layout):
+        return (self.bshd if layout == "bshd" else self.bhsd)[3]
+
+
+# ------------------------------------------------------------------------------------ implementations
+
+
+def make_forward(torch, name):
+    """fn(q, k, v, causal) -> out in the implementation's layout, and that layout."""
+    if name == "flashattn":
+        import flashattn
+
+        return (lambda q, k, v, causal: flashattn.flash_attn_func(q, k, v, causal=causal)), "bshd"
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention
+
+    backend = {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
+               "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION}[name]
+
+    def forward(q, k, v, causal):
+        with sdpa_kernel([backend]):
+            return scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    return forward, "bhsd"
+
+
+def step(torch, forward, layout, inputs, causal, mode):
+    """The function to time: forward only (no autograd graph), or forward then backward."""
+    q, k, v = inputs.leaves(layout)
+    dout = inputs.dout(layout)
+    if mode == "fwd":
+        def run():
+            with torch.no_grad():
+                forward(q, k, v, causal)
+    else:
+        def run():
+            out = forward(q, k, v, causal)
+            torch.autograd.grad(out, (q, k, v), dout)
+    return run
+
+
+def time_ms(torch, fn, args):
+    """Median milliseconds of fn: triton's do_bench (flushes L2 between runs) or, without triton, CUDA events."""
+    try:
+        import triton.testing
+    except ImportError:
+        return _time_with_events(torch, fn, args)
+    return float(triton.testing.do_bench(fn, warmup=args.warmup, rep=args.rep, return_mode="median"))
+
+
+def _time_with_events(torch, fn, args):
+    flush = torch.empty(256 * 1024 * 1024, dtype=torch.int8, device="cuda")  # larger than any L2
+    fn()
+    times = []
+    for _ in range(max(10, args.rep // 5)):
+        flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
+
+
+# ----------------------------------------------------------------------------------------- checking
+
+
+def slice_reference(torch, q, k, v, dout, causal, rows, dtype=None):
+    """Output and dq of the last `rows` queries of (batch 0, head 0), from (S, D) tensors: in float64
+    (dtype None) or naively in `dtype` (the low-precision baseline)."""
+    dt = torch.float64 if dtype is None else dtype
+    q, k, v, dout = (x.to(dt) for x in (q, k, v, dout))
+    seqlen, dim = q.shape
+    first = seqlen - rows
+    scale = dim**-0.5
+    scores = (q[first:] @ k.T) * scale
+    if causal:
+        i = torch.arange(first, seqlen, device=q.device)[:, None]
+        j = torch.arange(seqlen, device=q.device)[None, :]
+        scores = scores.masked_fill(j > i, float("-inf"))
+    p = torch.softmax(scores, dim=-1)
+    out = p @ v
+    dp = dout[first:] @ v.T
+    ds = p * (dp - (dp * p).sum(dim=-1, keepdim=True))
+    dq = (ds @ k) * scale
+    return out.double(), dq.double()
+
+
+def check(torch, name, forward, layout, inputs, problem, mode, rows):
+    """Runs the implementation once on the full problem and checks its slice; returns a dict."""
+    rows = min(rows, problem["seqlen"])
+    q, k, v = inputs.leaves(layout)
+    dout = inputs.dout(layout)
+    out = forward(q, k, v, problem["causal"])
+    dq = torch.autograd.grad(out, q, dout)[0] if mode == "fwdbwd" else None
+
+    def head0(x):  # (S, D) of batch 0, head 0
+        return x[0, :, 0] if layout == "bshd" else x[0, 0]
+
+    sq, sk, sv, sdout = (head0(x).detach() for x in (q, k, v, dout))
+    ref_out, ref_dq = slice_reference(torch, sq, sk, sv, sdout, problem["causal"], rows)
+    naive_out, naive_dq = slice_reference(torch, sq, sk, sv, sdout, problem["causal"], rows, inputs.dtype)
+    scale_eps = 4.0 * torch.finfo(inputs.dtype).eps
+    result = {}
+    pairs = [("out", head0(out)[-rows:].double(), ref_out, naive_out)]
+    if dq is not None:
+        pairs.append(("dq", head0(dq)[-rows:].double(), ref_dq, naive_dq))
+    ok = True
+    for label, got, ref, naive in pairs:
+        err = (got - ref).abs().max().item()
+        naive_err = (naive - ref).abs().max().item()
+        bound = 2.0 * naive_err + scale_eps * max(1.0, ref.abs().max().item())
+        result[f"{label}_err"] = err
+        result[f"{label}_bound"] = bound
+        ok = ok and math.isfinite(err) and err <= bound
+    result["ok"] = ok
+    return result
+
+
+# ------------------------------------------------------------------------------------------- report
+
+
+def chosen_backend(torch, problem, inputs, mode):
+    import flashattn
+
+    q, k, v = inputs.bshd[:3]
+    direction = "backward" if mode == "fwdbwd" else "forward"
+    answers = flashattn.query_backends(q, k, v, direction=direction, causal=problem["causal"])
+    return next((a["name"] for a in answers if a["chosen"]), None)
+
+
+def config_key(row):
+    return (row["dtype"], row["dim"], row["causal"], row["mode"], row["seqlen"])
+
+
+def ratio_table(rows, impls):
+    """Lines of the final table: flashattn's TFLOP/s and its ratio to each peer's, per configuration."""
+    peers = [p for p in PEERS if p in impls]
+    head = f"{'dtype':5} {'D':>4} {'mask':6} {'mode':6} {'S':>6} {'flashattn':>10} " + " ".join(
+        f"{'x ' + p[5:]:>12}" for p in peers)
+    lines = [head]
+    by_config = {}
+    for r in rows:
+        by_config.setdefault(config_key(r), {})[r["impl"]] = r
+    for key in sorted(by_config):
+        entries = by_config[key]
+        ours = entries.get("flashattn", {}).get("tflops")
+        cells = []
+        for p in peers:
+            theirs = entries.get(p, {}).get("tflops")
+            cells.append(f"{ours / theirs:12.2f}" if ours and theirs else f"{'-':>12}")
+        dtype, dim, causal, mode, seqlen = key
+        ours_text = f"{ours:10.1f}" if ours else f"{'-':>10}"
+        lines.append(f"{dtype:5} {dim:4d} {'causal' if causal else 'full':6} {mode:6} {seqlen:6d} {ours_text} "
+                     + " ".join(cells))
+    return lines
+
+
+def plot(rows, impls, plot_dir):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(plot_dir, exist_ok=True)
+    paths = []
+    for dtype in sorted({r["dtype"] for r in rows}):
+        subset = [r for r in rows if r["dtype"] == dtype]
+        dims = sorted({r["dim"] for r in subset})
+        columns = sorted({(r["causal"], r["mode"]) for r in subset})
+        fig, axes = plt.subplots(len(dims), len(columns), figsize=(4.2 * len(columns), 3.2 * len(dims)),
+                                 squeeze=False)
+        for i, dim in enumerate(dims):
+            for j, (causal, mode) in enumerate(columns):
+                ax = axes[i][j]
+                for impl in impls:
+                    points = sorted((r["seqlen"], r["tflops"]) for r in subset
+                                    if r["impl"] == impl and r["dim"] == dim and r["causal"] == causal
+                                    and r["mode"] == mode and r.get("tflops"))
+                    if points:
+                        ax.plot(*zip(*points), marker="o", label=impl)
+                ax.set_xscale("log", base=2)
+                ax.set_title(f"D={dim} {'causal' if causal else 'full'} {mode}", fontsize=10)
+                ax.set_xlabel("seqlen")
+                ax.set_ylabel("TFLOP/s")
+                ax.grid(True, alpha=0.3)
+        axes[0][0].legend(fontsize=8)
+        fig.suptitle(f"flashattn vs PyTorch SDPA ({dtype}; hidden {HIDDEN}, {TOKENS} tokens)")
+        fig.tight_layout()
+        path = os.path.join(plot_dir, f"compare_torch_{dtype}.png")
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def git_commit():
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
+                              cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+# --------------------------------------------------------------------------------------------- main
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    import torch
+
+    import flashattn
+
+    if not torch.cuda.is_available():
+        sys.exit("compare_torch.py needs a CUDA device")
+    meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, cudnn=torch.backends.cudnn.version(),
+                flashattn=flashattn.__version__, backends=[b["name"] for b in flashattn.list_backends()],
+                date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                commit=git_commit(), command=" ".join([os.path.basename(__file__), *(argv or sys.argv[1:])]))
+    print(json.dumps(meta), flush=True)
+    forwards = {name: make_forward(torch, name) for name in args.impls}
+    rows = []
+    for problem in problems(args):
+        inputs = Inputs(torch, problem)
+        for mode in args.modes:
+            for name, (forward, layout) in forwards.items():
+                row = dict(problem, mode=mode, impl=name)
+                try:
+                    if name == "flashattn":
+                        row["backend"] = chosen_backend(torch, problem, inputs, mode)
+                    if args.check_rows > 0:
+                        row.update(check(torch, name, forward, layout, inputs, problem, mode, args.check_rows))
+                    ms = time_ms(torch, step(torch, forward, layout, inputs, problem["causal"], mode), args)
+                    row["ms"] = ms
+                    row["tflops"] = flops(problem, mode) / ms / 1e9
+                except Exception as e:  # a peer may not support a shape (cuDNN and D=256 backward, say)
+                    row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+        del inputs
+        torch.cuda.empty_cache()
+
+    with open(args.out, "w") as f:
+        json.dump(dict(meta, rows=rows), f, indent=1)
+    if not args.no_plots:
+        for path in plot(rows, args.impls, args.plot_dir or os.path.dirname(os.path.abspath(args.out))):
+            print(f"plot: {path}")
+    failed = [r for r in rows if r.get("ok") is False]
+    for r in failed:
+        print(f"CHECK FAILED: {r['impl']} {config_key(r)} out_err={r.get('out_err')} dq_err={r.get('dq_err')}")
+    print(f"\n== TFLOP/s of flashattn and its ratio to each PyTorch SDPA backend ({meta['device']}) ==")
+    print("\n".join(ratio_table(rows, args.impls)))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""flashattn: exact attention with FlashAttention semantics on CPU and CUDA.
+
+The flash-attn 2.8 functions (flash_attn_func, ..., flash_attn_with_kvcache) take torch tensors or
+numpy arrays. forward / backward / forward_kvcache are the same calls without autograd (numpy users get
+gradients from `backward`). Importing flashattn imports neither torch nor numpy.
+"""
+
+from . import _C
+from ._ops import backward, forward, forward_kvcache, query_backends, query_backends_kvcache
+from .interface import (
+    flash_attn_func,
+    flash_attn_kvpacked_func,
+    flash_attn_qkvpacked_func,
+    flash_attn_varlen_func,
+    flash_attn_varlen_kvpacked_func,
+    flash_attn_varlen_qkvpacked_func,
+)
+from .kvcache import flash_attn_with_kvcache
+
+__version__ = _C.version()
+
+
+def list_backends():
+    """Every backend compiled in, in dispatch preference order: dicts {name, device}."""
+    return _C.list_backends()
+
+
+def built_with_cuda():
+    """Whether the CUDA backends were compiled into this build."""
+    return _C.built_with_cuda()
+
+
+def cuda_device_count():
+    """CUDA devices the runtime sees (0 without CUDA support or without a driver)."""
+    return _C.cuda_device_count()
+
+
+__all__ = [
+    "flash_attn_func",
+    "flash_attn_qkvpacked_func",
+    "flash_attn_kvpacked_func",
+    "flash_attn_varlen_func",
+    "flash_attn_varlen_qkvpacked_func",
+    "flash_attn_varlen_kvpacked_func",
+    "flash_attn_with_kvcache",
+    "forward",
+    "backward",
+    "forward_kvcache",
+    "query_backends",
+    "query_backends_kvcache",
+    "list_backends",
+    "built_with_cuda",
+    "cuda_device_count",
+    "__version__",
+]

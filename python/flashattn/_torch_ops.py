@@ -1,0 +1,362 @@
+"""torch integration: the attention calls as torch custom ops, so that autograd, torch.compile
+(fullgraph=True) and CUDA graphs see one opaque op each.
+
+    flashattn::fwd          (q, k, v, ...) -> (out, softmax_lse)      backward registered: flashattn::bwd
+    flashattn::bwd          (dout, q, k, v, out, softmax_lse, ...) -> (dq, dk, dv)
+    flashattn::fwd_kvcache  (q, k_cache, v_cache, ...) -> (out, softmax_lse); mutates k_cache, v_cache
+
+The backward saves q, k, v, out, softmax_lse and the dropout rng state: an int64 CPU tensor
+[seed, offset] whose seed is drawn from torch's default generator (so torch.manual_seed reproduces it)
+and whose offset is 0. Imported on the first call with a torch tensor; importing flashattn alone does not
+import torch.
+"""
+
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from . import _ops
+from ._arrays import last_dim_contiguous
+
+
+def _rng_pair(rng_state):
+    return None if rng_state is None else tuple(rng_state.tolist())
+
+
+def _draw_rng_state():
+    seed = torch.randint(0, 2**63 - 1, (1,), dtype=torch.int64)
+    return torch.cat((seed, torch.zeros_like(seed)))
+
+
+def _empty_lse(q, varlen):
+    return torch.empty(_ops.lse_shape(q, varlen), dtype=torch.float32, device=q.device)
+
+
+@torch.library.custom_op("flashattn::fwd", mutates_args=())
+def fwd(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    cu_seqlens_q: Optional[Tensor],
+    cu_seqlens_k: Optional[Tensor],
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    dropout_p: float,
+    softmax_scale: Optional[float],
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    alibi_slopes: Optional[Tensor],
+    rng_state: Optional[Tensor],
+    deterministic: bool,
+) -> Tuple[Tensor, Tensor]:
+    out, lse, _ = _ops.forward(
+        q,
+        k,
+        v,
+        cu_seqlens_q=cu_seqlens_q,
+        cu_seqlens_k=cu_seqlens_k,
+        max_seqlen_q=max_seqlen_q,
+        max_seqlen_k=max_seqlen_k,
+        dropout_p=dropout_p,
+        softmax_scale=softmax_scale,
+        causal=causal,
+        window_size=(window_left, window_right),
+        softcap=softcap,
+        alibi_slopes=alibi_slopes,
+        rng_state=_rng_pair(rng_state),
+    )
+    return out, lse
+
+
+@fwd.register_fake
+def _fwd_fake(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    dropout_p,
+    softmax_scale,
+    causal,
+    window_left,
+    window_right,
+    softcap,
+    alibi_slopes,
+    rng_state,
+    deterministic,
+):
+    return torch.empty_like(q), _empty_lse(q, cu_seqlens_q is not None)
+
+
+@torch.library.custom_op("flashattn::bwd", mutates_args=())
+def bwd(
+    dout: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    softmax_lse: Tensor,
+    cu_seqlens_q: Optional[Tensor],
+    cu_seqlens_k: Optional[Tensor],
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    dropout_p: float,
+    softmax_scale: Optional[float],
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    alibi_slopes: Optional[Tensor],
+    rng_state: Optional[Tensor],
+    deterministic: bool,
+) -> Tuple[Tensor, Tensor, Tensor]:
+    return _ops.backward(
+        dout,
+        q,
+        k,
+        v,
+        out,
+        softmax_lse,
+        cu_seqlens_q=cu_seqlens_q,
+        cu_seqlens_k=cu_seqlens_k,
+        max_seqlen_q=max_seqlen_q,
+        max_seqlen_k=max_seqlen_k,
+        dropout_p=dropout_p,
+        softmax_scale=softmax_scale,
+        causal=causal,
+        window_size=(window_left, window_right),
+        softcap=softcap,
+        alibi_slopes=alibi_slopes,
+        rng_state=_rng_pair(rng_state),
+        deterministic=deterministic,
+    )
+
+
+@bwd.register_fake
+def _bwd_fake(
+    dout,
+    q,
+    k,
+    v,
+    out,
+    softmax_lse,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    dropout_p,
+    softmax_scale,
+    causal,
+    window_left,
+    window_right,
+    softcap,
+    alibi_slopes,
+    rng_state,
+    deterministic,
+):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _fwd_setup_context(ctx, inputs, output):
+    (q, k, v, cu_q, cu_k, max_q, max_k, dropout_p, scale, causal, left, right, softcap, alibi, rng, det) = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, alibi, rng)
+    ctx.options = (max_q, max_k, dropout_p, scale, causal, left, right, softcap)
+    ctx.deterministic = det
+
+
+def _fwd_backward(ctx, dout, _dlse):
+    q, k, v, out, lse, cu_q, cu_k, alibi, rng = ctx.saved_tensors
+    max_q, max_k, dropout_p, scale, causal, left, right, softcap = ctx.options
+    dq, dk, dv = bwd(
+        last_dim_contiguous(dout),
+        q,
+        k,
+        v,
+        out,
+        lse,
+        cu_q,
+        cu_k,
+        max_q,
+        max_k,
+        dropout_p,
+        scale,
+        causal,
+        left,
+        right,
+        softcap,
+        alibi,
+        rng,
+        ctx.deterministic,
+    )
+    # One gradient per input of fwd: q, k, v, then none for the 13 non-differentiable ones.
+    return (dq, dk, dv) + (None,) * 13
+
+
+fwd.register_autograd(_fwd_backward, setup_context=_fwd_setup_context)
+
+
+@torch.library.custom_op("flashattn::fwd_kvcache", mutates_args=("k_cache", "v_cache"))
+def fwd_kvcache(
+    q: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    k: Optional[Tensor],
+    v: Optional[Tensor],
+    rotary_cos: Optional[Tensor],
+    rotary_sin: Optional[Tensor],
+    cache_seqlens: Optional[Tensor],
+    cache_seqlens_scalar: int,
+    cache_batch_idx: Optional[Tensor],
+    cache_leftpad: Optional[Tensor],
+    block_table: Optional[Tensor],
+    softmax_scale: Optional[float],
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    rotary_interleaved: bool,
+    alibi_slopes: Optional[Tensor],
+    num_splits: int,
+) -> Tuple[Tensor, Tensor]:
+    return _ops.forward_kvcache(
+        q,
+        k_cache,
+        v_cache,
+        k,
+        v,
+        rotary_cos=rotary_cos,
+        rotary_sin=rotary_sin,
+        cache_seqlens=cache_seqlens if cache_seqlens is not None else cache_seqlens_scalar,
+        cache_batch_idx=cache_batch_idx,
+        cache_leftpad=cache_leftpad,
+        block_table=block_table,
+        softmax_scale=softmax_scale,
+        causal=causal,
+        window_size=(window_left, window_right),
+        softcap=softcap,
+        rotary_interleaved=rotary_interleaved,
+        alibi_slopes=alibi_slopes,
+        num_splits=num_splits,
+    )
+
+
+@fwd_kvcache.register_fake
+def _fwd_kvcache_fake(
+    q,
+    k_cache,
+    v_cache,
+    k,
+    v,
+    rotary_cos,
+    rotary_sin,
+    cache_seqlens,
+    cache_seqlens_scalar,
+    cache_batch_idx,
+    cache_leftpad,
+    block_table,
+    softmax_scale,
+    causal,
+    window_left,
+    window_right,
+    softcap,
+    rotary_interleaved,
+    alibi_slopes,
+    num_splits,
+):
+    return torch.empty_like(q), _empty_lse(q, varlen=False)
+
+
+def attention(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    dropout_p,
+    softmax_scale,
+    causal,
+    window_size,
+    softcap,
+    alibi_slopes,
+    deterministic,
+):
+    """(out, softmax_lse) through flashattn::fwd, differentiable in q, k and v."""
+    q, k, v = (last_dim_contiguous(x) for x in (q, k, v))
+    left, right = _ops.window_pair(window_size)
+    return fwd(
+        q,
+        k,
+        v,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        0 if max_seqlen_q is None else max_seqlen_q,
+        0 if max_seqlen_k is None else max_seqlen_k,
+        float(dropout_p),
+        None if softmax_scale is None else float(softmax_scale),
+        bool(causal),
+        left,
+        right,
+        float(softcap),
+        alibi_slopes,
+        _draw_rng_state() if dropout_p > 0 else None,
+        bool(deterministic),
+    )
+
+
+def attention_kvcache(
+    q,
+    k_cache,
+    v_cache,
+    k,
+    v,
+    rotary_cos,
+    rotary_sin,
+    cache_seqlens,
+    cache_batch_idx,
+    cache_leftpad,
+    block_table,
+    softmax_scale,
+    causal,
+    window_size,
+    softcap,
+    rotary_interleaved,
+    alibi_slopes,
+    num_splits,
+):
+    """(out, softmax_lse) through flashattn::fwd_kvcache (no backward, as in flash-attn)."""
+    q, k, v = (last_dim_contiguous(x) for x in (q, k, v))
+    left, right = _ops.window_pair(window_size)
+    if cache_seqlens is None or isinstance(cache_seqlens, Tensor):
+        seqlens, seqlens_scalar = cache_seqlens, -1
+    else:
+        seqlens, seqlens_scalar = None, int(cache_seqlens)
+    return fwd_kvcache(
+        q,
+        k_cache,
+        v_cache,
+        k,
+        v,
+        rotary_cos,
+        rotary_sin,
+        seqlens,
+        seqlens_scalar,
+        cache_batch_idx,
+        cache_leftpad,
+        block_table,
+        None if softmax_scale is None else float(softmax_scale),
+        bool(causal),
+        left,
+        right,
+        float(softcap),
+        bool(rotary_interleaved),
+        alibi_slopes,
+        int(num_splits),
+    )

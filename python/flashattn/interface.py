@@ -1,0 +1,224 @@
+"""flash-attn 2.8's attention functions, with the same names, arguments, defaults, layouts and return
+values. They take torch tensors (differentiable, torch.compile-able, on the current CUDA stream) or
+numpy arrays (CPU backends, forward only; see flashattn.backward for gradients).
+
+Semantics shared by every function:
+  * GQA/MQA: k/v may have fewer heads than q (a divisor); query head h uses kv head h // (H // Hk).
+  * causal=True is aligned to the bottom-right corner: query i sees keys j <= i + seqlen_k - seqlen_q.
+  * window_size=(left, right), -1 unbounded: query i sees keys in
+    [i + seqlen_k - seqlen_q - left, i + seqlen_k - seqlen_q + right].
+  * softcap > 0: scores become softcap * tanh(scores / softcap).
+  * alibi_slopes (heads,) or (batch, heads), float32: adds -slope * |i + seqlen_k - seqlen_q - j|.
+  * A query that sees no key gets out 0 and softmax_lse +inf.
+  * return_attn_probs=True returns (out, softmax_lse, None): softmax_lse is the float32 natural-log
+    log-sum-exp of the (undropped) scores; the attention probabilities themselves are NOT returned
+    (flash-attn returns them for testing only; here that slot is None).
+"""
+
+from . import _ops
+from ._arrays import framework, is_torch
+
+
+def _attention(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    dropout_p,
+    softmax_scale,
+    causal,
+    window_size,
+    softcap,
+    alibi_slopes,
+    deterministic,
+):
+    if is_torch(q):
+        from . import _torch_ops
+
+        return _torch_ops.attention(
+            q,
+            k,
+            v,
+            cu_seqlens_q,
+            cu_seqlens_k,
+            max_seqlen_q,
+            max_seqlen_k,
+            dropout_p,
+            softmax_scale,
+            causal,
+            window_size,
+            softcap,
+            alibi_slopes,
+            deterministic,
+        )
+    framework(q)  # a clear TypeError for arrays of other frameworks
+    out, lse, _ = _ops.forward(
+        q,
+        k,
+        v,
+        cu_seqlens_q=cu_seqlens_q,
+        cu_seqlens_k=cu_seqlens_k,
+        max_seqlen_q=max_seqlen_q,
+        max_seqlen_k=max_seqlen_k,
+        dropout_p=dropout_p,
+        softmax_scale=softmax_scale,
+        causal=causal,
+        window_size=window_size,
+        softcap=softcap,
+        alibi_slopes=alibi_slopes,
+    )
+    return out, lse
+
+
+def _result(out, lse, return_attn_probs):
+    return (out, lse, None) if return_attn_probs else out
+
+
+def flash_attn_func(
+    q,
+    k,
+    v,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+):
+    """Attention of q (batch, seqlen_q, heads, head_dim) over k, v (batch, seqlen_k, heads_k, head_dim).
+
+    softmax_scale defaults to 1 / sqrt(head_dim); dropout_p should be 0.0 in evaluation. Returns out
+    (batch, seqlen_q, heads, head_dim), or (out, softmax_lse (batch, heads, seqlen_q), None) with
+    return_attn_probs=True. See the module docstring for masks, GQA, softcap and ALiBi.
+    """
+    out, lse = _attention(
+        q, k, v, None, None, None, None, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+        deterministic,
+    )
+    return _result(out, lse, return_attn_probs)
+
+
+def flash_attn_qkvpacked_func(
+    qkv,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+):
+    """flash_attn_func with q, k, v packed as qkv (batch, seqlen, 3, heads, head_dim)."""
+    q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+    return flash_attn_func(
+        q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+        return_attn_probs,
+    )
+
+
+def flash_attn_kvpacked_func(
+    q,
+    kv,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+):
+    """flash_attn_func with k, v packed as kv (batch, seqlen_k, 2, heads_k, head_dim)."""
+    k, v = kv[:, :, 0], kv[:, :, 1]
+    return flash_attn_func(
+        q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+        return_attn_probs,
+    )
+
+
+def flash_attn_varlen_func(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+    block_table=None,
+):
+    """Attention over sequences of different lengths packed without padding.
+
+    q (total_q, heads, head_dim), k/v (total_k, heads_k, head_dim); cu_seqlens_q/k int32 (batch + 1)
+    cumulative lengths; max_seqlen_q/k the longest lengths. Masks are aligned per sequence. Returns out
+    (total_q, heads, head_dim), or (out, softmax_lse (heads, total_q), None) with return_attn_probs=True.
+    block_table (a paged KV cache) is not supported here: use flash_attn_with_kvcache for paged caches.
+    """
+    if block_table is not None:
+        raise NotImplementedError(
+            "flashattn.flash_attn_varlen_func: block_table: paged K/V is supported by flash_attn_with_kvcache "
+            "only; expected None"
+        )
+    out, lse = _attention(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
+        window_size, softcap, alibi_slopes, deterministic,
+    )
+    return _result(out, lse, return_attn_probs)
+
+
+def flash_attn_varlen_qkvpacked_func(
+    qkv,
+    cu_seqlens,
+    max_seqlen,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+):
+    """flash_attn_varlen_func with q, k, v packed as qkv (total, 3, heads, head_dim) and one cu_seqlens."""
+    q, k, v = qkv[:, 0], qkv[:, 1], qkv[:, 2]
+    return flash_attn_varlen_func(
+        q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, dropout_p, softmax_scale, causal, window_size,
+        softcap, alibi_slopes, deterministic, return_attn_probs,
+    )
+
+
+def flash_attn_varlen_kvpacked_func(
+    q,
+    kv,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+):
+    """flash_attn_varlen_func with k, v packed as kv (total_k, 2, heads_k, head_dim)."""
+    k, v = kv[:, 0], kv[:, 1]
+    return flash_attn_varlen_func(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
+        window_size, softcap, alibi_slopes, deterministic, return_attn_probs,
+    )

@@ -1,0 +1,87 @@
+"""flash-attn 2.8's flash_attn_with_kvcache: attention of new queries against a (possibly paged) KV
+cache, optionally appending new keys/values (with rotary embedding) into the cache first."""
+
+from . import _ops
+from ._arrays import framework, is_torch
+
+
+def flash_attn_with_kvcache(
+    q,
+    k_cache,
+    v_cache,
+    k=None,
+    v=None,
+    rotary_cos=None,
+    rotary_sin=None,
+    cache_seqlens=None,
+    cache_batch_idx=None,
+    cache_leftpad=None,
+    block_table=None,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    rotary_interleaved=True,
+    alibi_slopes=None,
+    num_splits=0,
+    return_softmax_lse=False,
+):
+    """Attention of q (batch, seqlen_q, heads, head_dim) over the cache.
+
+    k_cache/v_cache: (batch_cache, seqlen_cache, heads_k, head_dim), or with block_table (batch,
+    max_blocks) int32 a paged cache (num_blocks, page_size, heads_k, head_dim); any page_size >= 1 works
+    (flash-attn requires multiples of 256). cache_seqlens: int or int32 (batch,), the lengths before this
+    call (None: the whole cache). k/v (batch, seqlen_new, heads_k, head_dim): written *in place* into the
+    cache at positions cache_seqlens[b] + t before attending. rotary_cos/sin (seqlen_ro, rotary_dim / 2)
+    rotate k at its cache positions and q at cache_seqlens[b] (+ i when causal or local); interleaved
+    pairs (0, 1), (2, 3), ... or, with rotary_interleaved=False, GPT-NeoX halves. cache_batch_idx
+    (batch,) int32 selects cache rows; cache_leftpad (batch,) int32 is the first valid cache position.
+    num_splits is a hint for the GPU decode kernels (0 chooses). Returns out (batch, seqlen_q, heads,
+    head_dim), or (out, softmax_lse (batch, heads, seqlen_q)) with return_softmax_lse=True. No backward.
+    """
+    if is_torch(q):
+        from . import _torch_ops
+
+        out, lse = _torch_ops.attention_kvcache(
+            q,
+            k_cache,
+            v_cache,
+            k,
+            v,
+            rotary_cos,
+            rotary_sin,
+            cache_seqlens,
+            cache_batch_idx,
+            cache_leftpad,
+            block_table,
+            softmax_scale,
+            causal,
+            window_size,
+            softcap,
+            rotary_interleaved,
+            alibi_slopes,
+            num_splits,
+        )
+    else:
+        framework(q)  # a clear TypeError for arrays of other frameworks
+        out, lse = _ops.forward_kvcache(
+            q,
+            k_cache,
+            v_cache,
+            k,
+            v,
+            rotary_cos=rotary_cos,
+            rotary_sin=rotary_sin,
+            cache_seqlens=cache_seqlens,
+            cache_batch_idx=cache_batch_idx,
+            cache_leftpad=cache_leftpad,
+            block_table=block_table,
+            softmax_scale=softmax_scale,
+            causal=causal,
+            window_size=window_size,
+            softcap=softcap,
+            rotary_interleaved=rotary_interleaved,
+            alibi_slopes=alibi_slopes,
+            num_splits=num_splits,
+        )
+    return (out, lse) if return_softmax_lse else out

@@ -1,0 +1,74 @@
+#include "arrays.h"
+
+#include <string>
+#include <utility>
+
+#include "flashattn/error.h"
+
+namespace flashattn::python {
+
+namespace {
+
+[[noreturn]] void fail(const char* function, const char* name, const std::string& expected, const std::string& got) {
+  throw Error(Status::invalid_argument,
+              std::string(function) + ": " + name + ": expected " + expected + ", got " + got);
+}
+
+// numpy-style name of a DLPack dtype, for error messages.
+std::string dlpack_dtype_name(nb::dlpack::dtype dt) {
+  using Code = nb::dlpack::dtype_code;
+  static constexpr std::pair<Code, const char*> kNames[] = {
+      {Code::Int, "int"},       {Code::UInt, "uint"},       {Code::Float, "float"},
+      {Code::Bfloat, "bfloat"}, {Code::Complex, "complex"}, {Code::Bool, "bool"},
+  };
+  std::string s = "DLPack type code " + std::to_string(int(dt.code)) + " of width ";
+  for (const auto& [code, name] : kNames)
+    if (dt.code == uint8_t(code)) s = name;
+  s += std::to_string(int(dt.bits));
+  if (dt.lanes != 1) s += "x" + std::to_string(int(dt.lanes));
+  return s;
+}
+
+DType to_dtype(nb::dlpack::dtype dt, const char* function, const char* name) {
+  using Code = nb::dlpack::dtype_code;
+  if (dt.lanes == 1) {
+    if (dt.code == uint8_t(Code::Float) && dt.bits == 32) return DType::f32;
+    if (dt.code == uint8_t(Code::Float) && dt.bits == 16) return DType::f16;
+    if (dt.code == uint8_t(Code::Bfloat) && dt.bits == 16) return DType::bf16;
+    if (dt.code == uint8_t(Code::Float8_E4M3FN) && dt.bits == 8) return DType::fp8_e4m3;
+    if (dt.code == uint8_t(Code::Int) && dt.bits == 32) return DType::i32;
+  }
+  fail(function, name, "dtype float32, float16, bfloat16, float8_e4m3fn or int32", dlpack_dtype_name(dt));
+}
+
+Device to_device(int type, int id, const char* function, const char* name) {
+  // Pinned host memory is ordinary CPU memory for the CPU backends.
+  if (type == nb::device::cpu::value || type == nb::device::cuda_host::value) return Device::cpu();
+  if (type == nb::device::cuda::value || type == nb::device::cuda_managed::value) return Device::cuda(id);
+  fail(function, name, "a cpu or cuda array", "DLPack device type " + std::to_string(type));
+}
+
+template <typename Array>
+Tensor convert(const Array& a, const char* function, const char* name) {
+  Tensor t;
+  if (!a.is_valid()) return t;
+  if (a.ndim() < 1 || a.ndim() > size_t(Tensor::kMaxDims))
+    fail(function, name, "an array of 1 to " + std::to_string(Tensor::kMaxDims) + " dims",
+         std::to_string(a.ndim()) + " dims");
+  t.data = const_cast<void*>(static_cast<const void*>(a.data()));
+  t.dtype = to_dtype(a.dtype(), function, name);
+  t.device = to_device(a.device_type(), a.device_id(), function, name);
+  t.ndim = int(a.ndim());
+  for (int i = 0; i < t.ndim; ++i) {
+    t.shape[i] = int64_t(a.shape(size_t(i)));
+    t.stride[i] = a.stride(size_t(i));  // DLPack strides are in elements, like Tensor's
+  }
+  return t;
+}
+
+}  // namespace
+
+Tensor to_tensor(const InArray& a, const char* function, const char* name) { return convert(a, function, name); }
+Tensor to_tensor(const OutArray& a, const char* function, const char* name) { return convert(a, function, name); }
+
+}  // namespace flashattn::python

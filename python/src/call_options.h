@@ -1,0 +1,48 @@
+#pragma once
+
+// Pieces shared by the attention entry points: the options every call takes, the stream handle, and
+// how a fully built params struct is either run (GIL released) or asked which backend would run it.
+
+#include <nanobind/nanobind.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "arrays.h"
+#include "bindings.h"
+#include "flashattn/api.h"
+
+namespace flashattn::python {
+
+AttentionOptions make_options(const char* function, std::optional<float> softmax_scale, bool causal, int window_left,
+                              int window_right, const InArray& alibi_slopes, float softcap, const std::string& backend);
+
+// The stream argument is the integer value of a cudaStream_t (torch: stream.cuda_stream); 0 is the
+// default stream.
+inline Stream to_stream(uintptr_t stream) { return reinterpret_cast<Stream>(stream); }
+
+// Runs the call on `stream` with the GIL released: other Python threads go on while a CPU backend
+// computes, and no Python object is touched below this point.
+struct RunCall {
+  template <typename Params>
+  static void apply(const Params& params, uintptr_t stream) {
+    nb::gil_scoped_release released;
+    run(params, to_stream(stream));
+  }
+
+ private:
+  static void run(const FwdParams& p, Stream s) { flashattn::forward(p, s); }
+  static void run(const BwdParams& p, Stream s) { flashattn::backward(p, s); }
+  static void run(const KVCacheParams& p, Stream s) { flashattn::forward_kvcache(p, s); }
+};
+
+// Validates the call and reports each backend's answer instead of running it (the stream is unused).
+struct QueryCall {
+  template <typename Params>
+  static nb::list apply(const Params& params, uintptr_t) {
+    return backend_support_list(flashattn::query_backends(params));
+  }
+};
+
+}  // namespace flashattn::python

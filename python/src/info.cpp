@@ -1,0 +1,48 @@
+// Facts about the build and the registered backends.
+
+#include "bindings.h"
+#include "flashattn/version.h"
+
+namespace flashattn::python {
+
+namespace {
+
+const char* device_type_name(DeviceType d) { return d == DeviceType::cpu ? "cpu" : "cuda"; }
+
+}  // namespace
+
+nb::list backend_support_list(const std::vector<BackendSupport>& support) {
+  nb::list out;
+  for (const BackendSupport& s : support) {
+    nb::dict d;
+    d["name"] = s.name;
+    d["device"] = device_type_name(s.device);
+    d["supported"] = s.supported;
+    d["chosen"] = s.chosen;
+    d["reason"] = s.reason;
+    out.append(d);
+  }
+  return out;
+}
+
+void bind_info(nb::module_& m) {
+  m.def("version", &flashattn::version, "Version of the C++ library this module was built with.");
+  m.def("built_with_cuda", &flashattn::built_with_cuda, "Whether the CUDA backends were compiled in.");
+  m.def("cuda_device_count", &flashattn::cuda_device_count,
+        "Number of CUDA devices the runtime sees (0 without CUDA or without a driver).");
+  m.def(
+      "list_backends",
+      [] {
+        nb::list out;
+        for (const BackendInfo& b : flashattn::list_backends()) {
+          nb::dict d;
+          d["name"] = b.name;
+          d["device"] = device_type_name(b.device);
+          out.append(d);
+        }
+        return out;
+      },
+      "Every backend compiled in, in dispatch preference order, as dicts {name, device}.");
+}
+
+}  // namespace flashattn::python

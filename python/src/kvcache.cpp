@@ -1,0 +1,68 @@
+// fwd_kvcache: flashattn::forward_kvcache on DLPack arrays (k_cache/v_cache are updated in place when
+// k_new/v_new are given), plus query_fwd_kvcache with the same arguments.
+
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+
+#include "call_options.h"
+
+namespace flashattn::python {
+
+namespace {
+
+using namespace nb::literals;
+
+constexpr const char* kKV = "flashattn::forward_kvcache";
+
+template <typename Action>
+auto kvcache_entry(InArray q, OutArray k_cache, OutArray v_cache, OutArray out, InArray k_new, InArray v_new,
+                   OutArray softmax_lse, InArray cache_seqlens, int64_t cache_seqlens_scalar, InArray cache_batch_idx,
+                   InArray cache_leftpad, InArray block_table, InArray rotary_cos, InArray rotary_sin,
+                   bool rotary_interleaved, std::optional<float> softmax_scale, bool causal, int window_left,
+                   int window_right, InArray alibi_slopes, float softcap, int num_splits, const std::string& backend,
+                   uintptr_t stream) {
+  KVCacheParams p;
+  p.q = to_tensor(q, kKV, "q");
+  p.k_cache = to_tensor(k_cache, kKV, "k_cache");
+  p.v_cache = to_tensor(v_cache, kKV, "v_cache");
+  p.out = to_tensor(out, kKV, "out");
+  p.k_new = to_tensor(k_new, kKV, "k");
+  p.v_new = to_tensor(v_new, kKV, "v");
+  p.softmax_lse = to_tensor(softmax_lse, kKV, "softmax_lse");
+  p.cache_seqlens = to_tensor(cache_seqlens, kKV, "cache_seqlens");
+  p.cache_seqlens_scalar = cache_seqlens_scalar;
+  p.cache_batch_idx = to_tensor(cache_batch_idx, kKV, "cache_batch_idx");
+  p.cache_leftpad = to_tensor(cache_leftpad, kKV, "cache_leftpad");
+  p.block_table = to_tensor(block_table, kKV, "block_table");
+  p.rotary_cos = to_tensor(rotary_cos, kKV, "rotary_cos");
+  p.rotary_sin = to_tensor(rotary_sin, kKV, "rotary_sin");
+  p.rotary_interleaved = rotary_interleaved;
+  p.options = make_options(kKV, softmax_scale, causal, window_left, window_right, alibi_slopes, softcap, backend);
+  p.num_splits = num_splits;
+  return Action::apply(p, stream);
+}
+
+template <typename Func>
+void def_kvcache(nb::module_& m, const char* name, Func f, const char* doc) {
+  m.def(name, f, "q"_a, "k_cache"_a, "v_cache"_a, "out"_a, "k_new"_a.none() = nb::none(), "v_new"_a.none() = nb::none(),
+        "softmax_lse"_a.none() = nb::none(), "cache_seqlens"_a.none() = nb::none(), "cache_seqlens_scalar"_a = -1,
+        "cache_batch_idx"_a.none() = nb::none(), "cache_leftpad"_a.none() = nb::none(),
+        "block_table"_a.none() = nb::none(), "rotary_cos"_a.none() = nb::none(), "rotary_sin"_a.none() = nb::none(),
+        "rotary_interleaved"_a = true, "softmax_scale"_a.none() = nb::none(), "causal"_a = false, "window_left"_a = -1,
+        "window_right"_a = -1, "alibi_slopes"_a.none() = nb::none(), "softcap"_a = 0.0f, "num_splits"_a = 0,
+        "backend"_a = "", "stream"_a = 0, doc);
+}
+
+}  // namespace
+
+void bind_kvcache(nb::module_& m) {
+  def_kvcache(m, "fwd_kvcache", &kvcache_entry<RunCall>,
+              "flashattn::forward_kvcache: appends k_new/v_new into the cache (in place), then attends; writes "
+              "out (and softmax_lse when given) on `stream`. cache_seqlens is an int32 array or, when None, "
+              "cache_seqlens_scalar for every sequence (-1: the whole cache).");
+  def_kvcache(m, "query_fwd_kvcache", &kvcache_entry<QueryCall>,
+              "Validates fwd_kvcache's arguments and returns each backend's answer (dicts); nothing is written, stream "
+              "is unused.");
+}
+
+}  // namespace flashattn::python
