@@ -36,10 +36,13 @@ NaiveOutputs naive_lowp(const AttnInputs& in, bool with_backward) {
   NaiveOutputs r;
   r.out.assign(q.size(), 0.0);
   r.lse.assign(size_t(in.q.numel() / D), 0.0);
+  // Gradients are accumulated in fp32, as a same-dtype naive computation would (for f32 storage this is
+  // what makes the bound that of an fp32 computation rather than of an fp64 one).
+  std::vector<float> dq_acc, dk_acc, dv_acc;
   if (with_backward) {
-    r.dq.assign(q.size(), 0.0);
-    r.dk.assign(k.size(), 0.0);
-    r.dv.assign(v.size(), 0.0);
+    dq_acc.assign(q.size(), 0.0f);
+    dk_acc.assign(k.size(), 0.0f);
+    dv_acc.assign(v.size(), 0.0f);
   }
   const float scale = c.softmax_scale ? *c.softmax_scale : float(1.0 / std::sqrt(double(D)));
   const DropoutParams drop{c.dropout_p, c.dropout_seed, c.dropout_offset};
@@ -104,18 +107,18 @@ NaiveOutputs naive_lowp(const AttnInputs& in, bool with_backward) {
           const float ds = rnd(rnd(p[i * sk + j] * (dp - row_dot)) * rnd(mod.dlogit_dqk(qk[i * sk + j])));
           const float pz = rnd(p[i * sk + j] * z[i * sk + j]);
           for (int64_t d = 0; d < D; ++d) {
-            r.dq[qi(i, d)] += ds * float(k[kj(j, d)]);
-            r.dk[kj(j, d)] += ds * float(q[qi(i, d)]);
-            r.dv[kj(j, d)] += pz * float(dout[qi(i, d)]);
+            dq_acc[qi(i, d)] += ds * float(k[kj(j, d)]);
+            dk_acc[kj(j, d)] += ds * float(q[qi(i, d)]);
+            dv_acc[kj(j, d)] += pz * float(dout[qi(i, d)]);
           }
         }
       }
     }
   }
   if (with_backward) {
-    for (double& x : r.dq) x = rnd(float(x));
-    for (double& x : r.dk) x = rnd(float(x));
-    for (double& x : r.dv) x = rnd(float(x));
+    for (float x : dq_acc) r.dq.push_back(rnd(x));
+    for (float x : dk_acc) r.dk.push_back(rnd(x));
+    for (float x : dv_acc) r.dv.push_back(rnd(x));
   }
   return r;
 }
