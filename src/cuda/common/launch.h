@@ -1,0 +1,51 @@
+#pragma once
+
+// Launch-configuration helpers shared by the CUDA backends: 1-D grids (large problem dimensions are
+// folded into blockIdx.x, whose limit is 2^31 - 1, instead of gridDim.y/z, limited to 65535) and the
+// opt-in for more than 48 KB of dynamic shared memory per block.
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+
+#include "cuda/common/check.h"
+#include "flashattn/error.h"
+
+namespace flashattn::detail::cuda {
+
+inline constexpr int64_t kMaxGridX = 2147483647;        // gridDim.x limit on every architecture we build for
+inline constexpr size_t kDefaultSmemLimit = 48 * 1024;  // dynamic shared memory usable without opt-in
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The 1-D grid of `blocks` blocks; supports_* functions reject problems above kMaxGridX, so reaching
+// the throw here is a bug.
+inline dim3 grid_1d(int64_t blocks, const char* kernel) {
+  if (blocks < 1 || blocks > kMaxGridX)
+    throw Error(Status::internal, std::string("flashattn: ") + kernel + ": grid of " + std::to_string(blocks) +
+                                      " blocks outside [1, 2^31 - 1]");
+  return dim3(static_cast<unsigned>(blocks));
+}
+
+// The most dynamic shared memory one block may use on `device` after opting in.
+inline size_t max_smem_optin(int device) {
+  int bytes = 0;
+  FA_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return static_cast<size_t>(bytes);
+}
+
+// Allows `kernel` to be launched with `bytes` of dynamic shared memory on the current device (a no-op
+// up to 48 KB). The device limit is read, not assumed: it differs between sm_80, sm_86 and sm_90.
+template <typename Kernel>
+void allow_dynamic_smem(Kernel kernel, size_t bytes, int device, const char* name) {
+  if (bytes <= kDefaultSmemLimit) return;
+  const size_t limit = max_smem_optin(device);
+  if (bytes > limit)
+    throw Error(Status::unsupported, std::string("flashattn: ") + name + ": needs " + std::to_string(bytes) +
+                                         " bytes of shared memory per block, the device allows " +
+                                         std::to_string(limit));
+  FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+}
+
+}  // namespace flashattn::detail::cuda
