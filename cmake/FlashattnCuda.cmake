@@ -30,11 +30,31 @@ else()
   message(STATUS "flashattn: CUDA backends OFF")
 endif()
 
+# FLASHATTN_HEAD_DIMS -> FLASHATTN_HDIM_<d> definitions: the head-dim buckets the tensor-core kernels
+# (src/cuda/sm80) are instantiated for. Fewer buckets build faster; calls in a pruned bucket are refused
+# by the backend ("head_dim bucket N not compiled") and fall through to the next one.
+set(_fa_all_head_dims 32 64 96 128 160 192 224 256)
+if(FLASHATTN_HEAD_DIMS STREQUAL "all")
+  set(_fa_head_dims ${_fa_all_head_dims})
+else()
+  set(_fa_head_dims ${FLASHATTN_HEAD_DIMS})
+  foreach(_d IN LISTS _fa_head_dims)
+    if(NOT _d IN_LIST _fa_all_head_dims)
+      message(FATAL_ERROR "FLASHATTN_HEAD_DIMS: '${_d}' is not a head-dim bucket; expected 'all' or a list of "
+                          "${_fa_all_head_dims}")
+    endif()
+  endforeach()
+endif()
+set(FLASHATTN_HEAD_DIM_DEFINITIONS "")
+foreach(_d IN LISTS _fa_head_dims)
+  list(APPEND FLASHATTN_HEAD_DIM_DEFINITIONS FLASHATTN_HDIM_${_d}=1)
+endforeach()
+
 function(flashattn_add_cuda_sources target)
   file(GLOB_RECURSE _fa_cuda_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/cuda/*.cu
        ${PROJECT_SOURCE_DIR}/src/cuda/*.cpp)
   target_sources(${target} PRIVATE ${_fa_cuda_sources})
-  target_compile_definitions(${target} PUBLIC FLASHATTN_WITH_CUDA=1)
+  target_compile_definitions(${target} PUBLIC FLASHATTN_WITH_CUDA=1 PRIVATE ${FLASHATTN_HEAD_DIM_DEFINITIONS})
   target_link_libraries(${target} PUBLIC CUDA::cudart)
   target_compile_options(${target} PRIVATE
     $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -Xcompiler=-Wall>)

@@ -1,0 +1,48 @@
+#pragma once
+
+// Kernel arguments of the sm80 kernels: the normalised problem plus the constants derived from it once
+// on the host (no magic numbers or per-thread recomputation on the device). Passed by value as a
+// __grid_constant__ kernel parameter. Plain C++: built by launch_*.cu, read by the kernels.
+
+#include <cstdint>
+
+#include "api/problem.h"
+#include "common/host_device.h"
+#include "common/score.h"
+
+namespace flashattn::detail::cuda::sm80 {
+
+inline constexpr float kLog2e = 1.4426950408889634f;
+inline constexpr float kLn2 = 0.6931471805599453f;
+
+// What the forward and the backward kernels share.
+struct ScoreArgs {
+  float scale_log2 = 0;  // softmax_scale * log2(e): logits are handled in base 2 (exp2 is one SFU op)
+  bool dropout = false;
+  uint32_t drop_threshold = 0;  // drop when the Philox word < this (common/philox.h)
+  float keep_scale = 1;         // 1 / (1 - p)
+  int group = 1;                // query heads per kv head
+};
+
+struct FwdArgs {
+  FwdProblem p;
+  ScoreArgs s;
+  int num_m_blocks = 0;  // query tiles per (sequence, head), from seqlen_q (max_seqlen_q when varlen)
+};
+
+struct BwdArgs {
+  BwdProblem p;
+  ScoreArgs s;
+  float* dsum = nullptr;      // D_i = rowsum(dO * O), fp32 at [h * total_q + global row]
+  float* dq_accum = nullptr;  // fp32 dQ at [(global row * heads + h) * head_dim + d]; nullptr: deterministic
+  int num_n_blocks = 0;       // key tiles per (sequence, kv head) of the main kernel
+  int num_m_blocks = 0;       // query tiles per (sequence, head) of the deterministic dQ kernel
+};
+
+// Index of query row i of sequence b among all query rows of the call (b * seqlen_q + i when dense,
+// cu_seqlens_q[b] + i when varlen): the row index of the fp32 workspaces of the backward.
+FA_HD int64_t global_q_row(const FwdProblem& p, int64_t b, const SeqRange& seq, int64_t i) {
+  return (p.cu_seqlens_q ? 0 : b * p.seqlen_q) + seq.q_start + i;
+}
+
+}  // namespace flashattn::detail::cuda::sm80

@@ -1,0 +1,156 @@
+// The cuda_sm80 backend: tensor-core FlashAttention-2 (mma.sync, ldmatrix, cp.async) for compute
+// capability 8.0 and newer, f16/bf16, head dims up to 256. supports_* names the first condition a call
+// breaks; run_* make the call's device current and enqueue on the caller's stream.
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "api/backends.h"
+#include "cuda/common/device_guard.h"
+#include "cuda/common/launch.h"
+#include "cuda/sm80/kernel_traits.h"
+#include "cuda/sm80/launch.h"
+
+namespace flashattn::detail {
+
+namespace {
+
+using cuda::sm80::bwd_tile;
+using cuda::sm80::dq_tile;
+using cuda::sm80::fwd_tile;
+using cuda::sm80::head_dim_bucket;
+using cuda::sm80::head_dim_compiled;
+
+// What supports_* needs to know about a device, read once per device.
+struct DeviceProps {
+  std::string error;  // non-empty when the attributes could not be read
+  int major = 0, minor = 0;
+  int64_t smem_optin = 0;
+};
+
+const DeviceProps& device_props(int device) {
+  static std::mutex mutex;
+  static std::map<int, DeviceProps> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find(device);
+  if (it != cache.end()) return it->second;
+  DeviceProps d;
+  int smem = 0;
+  cudaError_t err = cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&d.minor, cudaDevAttrComputeCapabilityMinor, device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // not sticky: clear it so the caller's next CUDA call does not see it
+    d.error = std::string("cannot query cuda:") + std::to_string(device) + ": " + cudaGetErrorString(err);
+  }
+  d.smem_optin = smem;
+  return cache.emplace(device, d).first->second;
+}
+
+// The sm80 kernels move 16-byte chunks: every row of every tensor must start 16-byte aligned.
+std::string alignment_reason(const RowsView& v, const char* name) {
+  if (reinterpret_cast<uintptr_t>(v.ptr) % 16 != 0)
+    return std::string(name) + ": data pointer not 16-byte aligned (the kernels load 16-byte chunks)";
+  const auto check = [&](int64_t stride, const char* what) -> std::string {
+    if (stride % 8 == 0) return {};
+    return std::string(name) + ": " + what + " stride " + std::to_string(stride) +
+           " is not a multiple of 8 elements (16 bytes)";
+  };
+  for (const std::string& r :
+       {check(v.batch_stride, "batch"), check(v.row_stride, "row"), check(v.head_stride, "head")})
+    if (!r.empty()) return r;
+  return {};
+}
+
+std::string grid_reason(int64_t blocks, const char* what) {
+  if (blocks <= cuda::kMaxGridX) return {};
+  return std::string(what) + " needs " + std::to_string(blocks) + " CTAs, above the grid limit 2^31 - 1";
+}
+
+std::string smem_reason(const DeviceProps& d, int64_t bytes, const char* what, int device) {
+  if (bytes <= d.smem_optin) return {};
+  return std::string(what) + " needs " + std::to_string(bytes) +
+         " bytes of shared memory per CTA, cuda:" + std::to_string(device) + " allows " + std::to_string(d.smem_optin);
+}
+
+// Conditions shared by forward and backward; `smem` is the largest shared-memory footprint of the
+// direction's kernels for this head dim.
+std::string common_reason(const FwdProblem& p, int64_t smem) {
+  if (p.dtype != DType::f16 && p.dtype != DType::bf16)
+    return std::string("dtype ") + dtype_name(p.dtype) + " (tensor cores need f16 or bf16; the SIMT backends take f32)";
+  const DeviceProps& d = device_props(p.device.index);
+  if (!d.error.empty()) return d.error;
+  if (d.major < 8)
+    return "needs compute capability >= 8.0, cuda:" + std::to_string(p.device.index) + " is " +
+           std::to_string(d.major) + "." + std::to_string(d.minor);
+  const int bucket = head_dim_bucket(p.head_dim);
+  if (p.head_dim > cuda::sm80::kMaxHeadDim || p.head_dim % 8 != 0)
+    return "head_dim " + std::to_string(p.head_dim) + " (a multiple of 8 up to 256)";
+  if (!head_dim_compiled(bucket))
+    return "head_dim bucket " + std::to_string(bucket) + " not compiled (FLASHATTN_HEAD_DIMS)";
+  // Sequence positions are int inside the kernels (tile indices, in-tile offsets).
+  constexpr int64_t kMaxSeq = std::numeric_limits<int32_t>::max() - 256;
+  if (p.seqlen_q > kMaxSeq || p.seqlen_k > kMaxSeq) return "sequence length above 2^31 - 257";
+  if (std::string r = smem_reason(d, smem, "this head dim", p.device.index); !r.empty()) return r;
+  for (const auto& [view, name] :
+       {std::pair{p.q, "q"}, std::pair{p.k, "k"}, std::pair{p.v, "v"}, std::pair{p.out, "out"}})
+    if (std::string r = alignment_reason(view, name); !r.empty()) return r;
+  return {};
+}
+
+std::string supports_fwd(const FwdProblem& p) {
+  const int bucket = head_dim_bucket(p.head_dim);
+  if (std::string r = common_reason(p, fwd_tile(bucket).smem_bytes()); !r.empty()) return r;
+  return grid_reason(cuda::ceil_div(p.seqlen_q, fwd_tile(bucket).block_m) * p.heads * p.batch, "the forward");
+}
+
+std::string supports_bwd(const BwdProblem& p) {
+  const int bucket = head_dim_bucket(p.head_dim);
+  const int64_t smem = std::max(bwd_tile(bucket).smem_bytes(), dq_tile(bucket).smem_bytes());
+  if (std::string r = common_reason(p, smem); !r.empty()) return r;
+  for (const auto& [view, name] :
+       {std::pair{p.dout, "dout"}, std::pair{p.dq, "dq"}, std::pair{p.dk, "dk"}, std::pair{p.dv, "dv"}})
+    if (std::string r = alignment_reason(view, name); !r.empty()) return r;
+  const int64_t rows = p.total_q * p.heads;
+  for (const std::string& r :
+       {grid_reason(cuda::ceil_div(p.seqlen_k, bwd_tile(bucket).block_n) * p.heads_k * p.batch, "the backward"),
+        grid_reason(cuda::ceil_div(p.seqlen_q, dq_tile(bucket).block_m) * p.heads * p.batch, "the dQ kernel"),
+        grid_reason(cuda::ceil_div(rows * (p.head_dim / 8), 256), "the dQ conversion")})
+    if (!r.empty()) return r;
+  return {};
+}
+
+void run_fwd(const FwdProblem& p, Stream stream) {
+  cuda::DeviceGuard guard(p.device);
+  cuda::sm80::launch_fwd(p, static_cast<cudaStream_t>(stream));
+}
+
+void run_bwd(const BwdProblem& p, Stream stream) {
+  cuda::DeviceGuard guard(p.device);
+  cuda::sm80::launch_bwd(p, static_cast<cudaStream_t>(stream));
+}
+
+}  // namespace
+
+const Backend& cuda_sm80_backend() {
+  static const Backend b = [] {
+    Backend x;
+    x.name = "cuda_sm80";
+    x.device = DeviceType::cuda;
+    x.supports_fwd = &supports_fwd;
+    x.run_fwd = &run_fwd;
+    x.supports_bwd = &supports_bwd;
+    x.run_bwd = &run_bwd;
+    return x;
+  }();
+  return b;
+}
+
+}  // namespace flashattn::detail

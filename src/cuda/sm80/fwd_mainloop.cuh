@@ -1,0 +1,113 @@
+#pragma once
+
+// The forward mainloop's pieces: tile shapes, the two warp-level products of one K/V tile
+// (S = Q K^T, O += P V) and the tile loads. fwd_kernel.cuh strings them into the pipeline.
+//
+// Ownership (fixed for the whole kernel): warp w owns query rows [w * kWarpRows, (w + 1) * kWarpRows) of
+// the CTA's Q tile, as kMFrags 16-row MMA fragments. Every warp reads all of the K and V tiles.
+
+#include <cstdint>
+
+#include "cuda/common/ptx.h"
+#include "cuda/sm80/fragments.cuh"
+#include "cuda/sm80/kernel_traits.h"
+#include "cuda/sm80/smem_layout.h"
+#include "cuda/sm80/tile_copy.cuh"
+
+namespace flashattn::detail::cuda::sm80 {
+
+template <typename T, int kHeadDim>
+struct FwdMainloop {
+  static constexpr FwdTile kTile = fwd_tile(kHeadDim);
+  static constexpr int kBlockM = kTile.block_m;
+  static constexpr int kBlockN = kTile.block_n;
+  static constexpr int kThreads = kTile.threads();
+  static constexpr int kMFrags = kTile.m_frags;
+  static constexpr int kWarpRows = kTile.warp_rows();
+  static constexpr bool kQInRegs = kTile.q_in_regs;
+  static constexpr int kNFrags = kBlockN / 8;     // n8 fragments of a row of S
+  static constexpr int kDFrags = kHeadDim / 8;    // n8 fragments of a row of O
+  static constexpr int kQKSteps = kHeadDim / 16;  // k16 steps of S = Q K^T (over the head dim)
+  static constexpr int kPVSteps = kBlockN / 16;   // k16 steps of O += P V (over the keys)
+
+  using QTile = SmemTile<kBlockM, kHeadDim>;
+  using KVTile = SmemTile<kBlockN, kHeadDim>;
+  // Shared memory: Q (also the output staging area in the epilogue), one K tile, one V tile.
+  static constexpr int kSmemBytes = (QTile::kElems + 2 * KVTile::kElems) * int(sizeof(T));
+  static_assert(kSmemBytes == kTile.smem_bytes(), "kernel_traits.h and the kernel disagree on shared memory");
+  static_assert(sizeof(T) == kElemBytes, "the sm80 kernels store 16-bit elements");
+  static_assert(kNFrags % 2 == 0 && kDFrags % 2 == 0, "B operands are loaded as pairs of n8 fragments");
+
+  // Q fragments kept in registers for the whole kernel (kQInRegs), else re-read from shared memory.
+  using QFrags = uint32_t[kQInRegs ? kMFrags : 1][kQInRegs ? kQKSteps : 1][4];
+
+  // Lane parts of the ldmatrix addresses of the three tiles (fragments.cuh).
+  struct Lanes {
+    LdsmRows16<QTile> q;
+    LdsmRows8x2<KVTile> k;
+    LdsmRows16<KVTile> v;
+    __device__ __forceinline__ explicit Lanes(int lane) : q(lane), k(lane), v(lane) {}
+  };
+
+  __device__ __forceinline__ static void load_q_frags(QFrags& q, uint32_t sq, const Lanes& L, int warp_row0) {
+    if constexpr (kQInRegs) {
+#pragma unroll
+      for (int mf = 0; mf < kMFrags; ++mf)
+#pragma unroll
+        for (int kk = 0; kk < kQKSteps; ++kk) load_a<QTile>(q[mf][kk], sq, L.q, warp_row0 + 16 * mf, 16 * kk);
+    }
+  }
+
+  // s = Q K^T for the warp's rows and the whole K tile (s must be zero on entry).
+  __device__ __forceinline__ static void qk(float (&s)[kMFrags][kNFrags][4], const QFrags& q, uint32_t sq, uint32_t sk,
+                                            const Lanes& L, int warp_row0) {
+#pragma unroll
+    for (int kk = 0; kk < kQKSteps; ++kk) {
+      uint32_t a[kMFrags][4];
+#pragma unroll
+      for (int mf = 0; mf < kMFrags; ++mf) {
+        if constexpr (kQInRegs) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) a[mf][i] = q[mf][kk][i];
+        } else {
+          load_a<QTile>(a[mf], sq, L.q, warp_row0 + 16 * mf, 16 * kk);
+        }
+      }
+#pragma unroll
+      for (int np = 0; np < kNFrags / 2; ++np) {
+        uint32_t b[4];
+        load_b_nk<KVTile>(b, sk, L.k, 16 * np, 16 * kk);
+#pragma unroll
+        for (int mf = 0; mf < kMFrags; ++mf) mma_pair<T>(s[mf][2 * np], s[mf][2 * np + 1], a[mf], b);
+      }
+    }
+  }
+
+  // o += P V with P (fp32, this warp's rows) rounded to T straight from the S registers.
+  __device__ __forceinline__ static void pv(float (&o)[kMFrags][kDFrags][4], const float (&p)[kMFrags][kNFrags][4],
+                                            uint32_t sv, const Lanes& L) {
+#pragma unroll
+    for (int kk = 0; kk < kPVSteps; ++kk) {
+      uint32_t a[kMFrags][4];
+#pragma unroll
+      for (int mf = 0; mf < kMFrags; ++mf) acc_to_a<T>(a[mf], p[mf], kk);
+#pragma unroll
+      for (int dp = 0; dp < kDFrags / 2; ++dp) {
+        uint32_t b[4];
+        load_b_kn<KVTile>(b, sv, L.v, 16 * kk, 16 * dp);
+#pragma unroll
+        for (int mf = 0; mf < kMFrags; ++mf) mma_pair<T>(o[mf][2 * dp], o[mf][2 * dp + 1], a[mf], b);
+      }
+    }
+  }
+
+  // cp.async of K or V tile `n` of a sequence with sk keys (rows past sk and dims past head_dim are 0).
+  __device__ __forceinline__ static void load_kv(T* tile, const T* seq_base, int64_t row_stride, int n, int64_t sk,
+                                                 int d_chunks, int tid) {
+    const int64_t first = int64_t(n) * kBlockN;
+    const int rows = int(sk - first < kBlockN ? sk - first : kBlockN);
+    load_rows_async<KVTile, kBlockN, kThreads>(tile, 0, seq_base + first * row_stride, row_stride, rows, d_chunks, tid);
+  }
+};
+
+}  // namespace flashattn::detail::cuda::sm80

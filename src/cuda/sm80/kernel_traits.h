@@ -1,0 +1,175 @@
+#pragma once
+
+// Tile configuration of the sm80 tensor-core FlashAttention-2 kernels: one constexpr function per
+// kernel family, so host code, kernels and tests see the same numbers. Plain C++ (no CUDA headers).
+//
+// Head dims are compiled in buckets of 32 (32, 64, ..., 256); a head dim d (a multiple of 8) runs in the
+// smallest bucket >= d with the dims beyond d zero-filled on load and never stored.
+//
+// The numbers trade register pressure against reuse. mma.sync keeps every accumulator in registers
+// (255 per thread at most), and each warp re-reads the whole shared-memory B operand of a product, so
+// a warp that owns more rows reuses each byte it reads more often (a warp with 16 rows does 16 flops per
+// shared-memory byte, one with 32 rows 32) but needs twice the accumulator registers.
+
+#include <cstdint>
+
+namespace flashattn::detail::cuda::sm80 {
+
+inline constexpr int kMaxHeadDim = 256;
+inline constexpr int kHeadDimBuckets[] = {32, 64, 96, 128, 160, 192, 224, 256};
+
+constexpr int head_dim_bucket(int64_t head_dim) { return head_dim <= 32 ? 32 : int((head_dim + 31) / 32) * 32; }
+
+// Bytes of one 16-bit element (f16, bf16): the only storage types of these kernels.
+inline constexpr int kElemBytes = 2;
+
+// Forward: one CTA per (kBlockM query rows, head, sequence). Warp w owns the query rows
+// [w * 16 * m_frags, (w + 1) * 16 * m_frags) of the tile for the whole kernel: their S tile, running
+// max/sum and O accumulator live in its registers, so the softmax needs no cross-warp communication.
+//   registers per thread ~ O (m_frags * head_dim / 2) + S (m_frags * block_n / 2) [+ Q (m_frags * head_dim / 4)]
+//   plus ~60-100 for addresses, sequence bounds, the mask and the softmax state (measured with
+//   -Xptxas -v; numbers in docs/kernels.md). Each choice is the largest that compiles without spills:
+//   D <= 64:  128 x 64, 4 warps x 32 rows, Q kept in registers.
+//   D 96-128: 128 x 32, 4 warps x 32 rows, Q re-read from shared memory every K tile: O alone is 96-128
+//             registers, a 64-key S tile (64 more) spills.
+//   D > 128:  128 x 64 (x 32 from 192 on), 8 warps x 16 rows: O is 80-128 registers, so a warp owns one
+//             16-row fragment; 8 warps keep the 128-row reuse of every K/V tile per CTA.
+struct FwdTile {
+  int head_dim;
+  int block_m, block_n;
+  int warps;
+  int m_frags;  // 16-row MMA fragments per warp
+  bool q_in_regs;
+
+  constexpr int threads() const { return warps * 32; }
+  constexpr int warp_rows() const { return 16 * m_frags; }
+  // Q tile + one K tile + one V tile (see fwd_kernel.cuh for why one buffer each suffices).
+  constexpr int64_t smem_bytes() const { return int64_t(block_m + 2 * block_n) * head_dim * kElemBytes; }
+};
+
+constexpr FwdTile fwd_tile(int bucket) {
+  if (bucket <= 64) return FwdTile{bucket, 128, 64, 4, 2, true};
+  if (bucket <= 128) return FwdTile{bucket, 128, 32, 4, 2, false};
+  return FwdTile{bucket, 128, bucket <= 160 ? 64 : 32, 8, 1, false};
+}
+
+// Backward main kernel: one CTA per (block_n keys, kv head, sequence); it loops over the query heads of
+// its GQA group and over query tiles of block_m rows. Warp w owns the keys [16 w, 16 w + 16): it computes
+// S^T = K Q^T and dP^T = V dO^T for them, so P^T and dS^T come out of the MMA already in the A-operand
+// layout of dV += P^T dO and dK += dS^T Q and never touch shared memory; dK and dV (16 x head_dim each)
+// stay in its registers for the whole loop.
+//   registers per thread ~ dV + dK (head_dim) + S^T + dP^T (block_m), plus the same overhead as above:
+//   D <= 64:  128 keys (8 warps) x 64 queries.
+//   D = 96:   64 keys (4 warps) x 32 queries (64 queries spill; 4 warps keep the dQ column split whole).
+//   D = 128:  128 keys (8 warps) x 32 queries.
+//   D > 128:  dK + dV alone would need 160-256 registers, so the kernel runs twice (two_pass): once
+//             accumulating dV only, once dK (and dQ) only; 64 keys (4 warps) x 32 queries keep shared
+//             memory within sm80's 163 KB.
+struct BwdTile {
+  int head_dim;
+  int block_n, block_m;
+  int warps;
+  bool two_pass;
+
+  constexpr int threads() const { return warps * 32; }
+  // dQ = dS K runs on the same warps re-partitioned: row groups of 16 queries x column groups of the
+  // head dim.
+  constexpr int dq_row_groups() const { return block_m / 16; }
+  constexpr int dq_col_groups() const { return warps / dq_row_groups(); }
+  constexpr int dq_cols_per_warp() const { return head_dim / dq_col_groups(); }
+  // K, V + double-buffered Q, dO + dS^T (block_n x block_m) + double-buffered LSE and D rows (fp32).
+  constexpr int64_t smem_bytes() const {
+    return (int64_t(2) * block_n * head_dim + int64_t(4) * block_m * head_dim + int64_t(block_n) * block_m) *
+               kElemBytes +
+           int64_t(4) * block_m * 4;
+  }
+};
+
+constexpr BwdTile bwd_tile(int bucket) {
+  if (bucket <= 64) return BwdTile{bucket, 128, 64, 8, false};
+  if (bucket <= 96) return BwdTile{bucket, 64, 32, 4, false};
+  if (bucket <= 128) return BwdTile{bucket, 128, 32, 8, false};
+  return BwdTile{bucket, 64, 32, 4, true};
+}
+
+// Deterministic dQ kernel: one CTA per (block_m queries, head, sequence) that loops over key tiles and
+// accumulates dQ (16 x head_dim per warp) in registers, recomputing S, P, dP and dS. Warp w owns query
+// rows [16 w, 16 w + 16) as in the forward. block_n shrinks with the head dim (64, 32 above 128, 16 above
+// 192) so S + dP (block_n registers) fit beside the dQ accumulator (head_dim / 2).
+struct DqTile {
+  int head_dim;
+  int block_m, block_n;
+  int warps;
+
+  constexpr int threads() const { return warps * 32; }
+  // Q, dO + double-buffered K and V.
+  constexpr int64_t smem_bytes() const {
+    return (int64_t(2) * block_m * head_dim + int64_t(4) * block_n * head_dim) * kElemBytes;
+  }
+};
+
+constexpr DqTile dq_tile(int bucket) { return DqTile{bucket, 64, bucket <= 128 ? 64 : bucket <= 192 ? 32 : 16, 4}; }
+
+// What every configuration must satisfy for the kernels' index arithmetic (each is used by a static
+// layout derivation in the kernels; see the comments there).
+constexpr bool valid(FwdTile t) {
+  return t.head_dim % 32 == 0 && t.block_m == t.warps * t.warp_rows() && t.block_n % 16 == 0 &&
+         (t.m_frags == 1 || t.m_frags == 2) && t.smem_bytes() <= 163 * 1024;
+}
+constexpr bool valid(BwdTile t) {
+  return t.head_dim % 32 == 0 && t.block_n == 16 * t.warps && t.block_m % 32 == 0 && t.warps % t.dq_row_groups() == 0 &&
+         t.head_dim % t.dq_col_groups() == 0 && t.dq_cols_per_warp() % 16 == 0 && t.smem_bytes() <= 163 * 1024;
+}
+constexpr bool valid(DqTile t) {
+  return t.head_dim % 32 == 0 && t.block_m == 16 * t.warps && t.block_n % 16 == 0 && t.smem_bytes() <= 163 * 1024;
+}
+
+constexpr bool all_tiles_valid() {
+  for (int d : kHeadDimBuckets)
+    if (!valid(fwd_tile(d)) || !valid(bwd_tile(d)) || !valid(dq_tile(d))) return false;
+  return true;
+}
+static_assert(all_tiles_valid(), "an sm80 tile configuration breaks a kernel layout assumption");
+
+// The head-dim buckets this build instantiates: cmake/FlashattnCuda.cmake defines FLASHATTN_HDIM_<d>
+// for each bucket of the FLASHATTN_HEAD_DIMS option (all of them by default).
+constexpr bool head_dim_compiled(int bucket) {
+  switch (bucket) {
+#if defined(FLASHATTN_HDIM_32)
+    case 32:
+      return true;
+#endif
+#if defined(FLASHATTN_HDIM_64)
+    case 64:
+      return true;
+#endif
+#if defined(FLASHATTN_HDIM_96)
+    case 96:
+      return true;
+#endif
+#if defined(FLASHATTN_HDIM_128)
+    case 128:
+      return true;
+#endif
+#if defined(FLASHATTN_HDIM_160)
+    case 160:
+      return true;
+#endif
+#if defined(FLASHATTN_HDIM_192)
+    case 192:
+      return true;
+#endif
+#if defined(FLASHATTN_HDIM_224)
+    case 224:
+      return true;
+#endif
+#if defined(FLASHATTN_HDIM_256)
+    case 256:
+      return true;
+#endif
+    default:
+      return false;
+  }
+}
+
+}  // namespace flashattn::detail::cuda::sm80

@@ -1,0 +1,28 @@
+#pragma once
+
+// Host entry points of the sm80 kernels. launch_fwd / launch_bwd turn a problem into kernel arguments
+// and dispatch on (dtype, head-dim bucket); run_* are the per-(dtype, bucket) launchers, defined in the
+// kernel headers and explicitly instantiated once each in fwd_hdim<D>.cu / bwd_hdim<D>.cu.
+
+#include <cuda_runtime_api.h>
+
+#include "api/problem.h"
+#include "cuda/sm80/args.h"
+
+namespace flashattn::detail::cuda::sm80 {
+
+template <typename T, int kHeadDim>
+void run_fwd(FwdArgs args, cudaStream_t stream);
+template <typename T, int kHeadDim>
+void run_bwd(BwdArgs args, cudaStream_t stream);
+template <typename T, int kHeadDim>
+void run_bwd_dq(BwdArgs args, cudaStream_t stream);
+
+// The call's softmax/dropout constants, computed once on the host.
+ScoreArgs make_score_args(const FwdProblem& p);
+
+// Enqueue the whole forward / backward of `p` on `stream` (the caller has made p.device current).
+void launch_fwd(const FwdProblem& p, cudaStream_t stream);
+void launch_bwd(const BwdProblem& p, cudaStream_t stream);
+
+}  // namespace flashattn::detail::cuda::sm80

@@ -1,0 +1,34 @@
+// Forward launch: problem -> FwdArgs (constants computed once here) -> the (dtype, head-dim) kernel.
+
+#include <cmath>
+
+#include "common/philox.h"
+#include "cuda/sm80/launch.h"
+#include "cuda/sm80/switch.h"
+
+namespace flashattn::detail::cuda::sm80 {
+
+ScoreArgs make_score_args(const FwdProblem& p) {
+  ScoreArgs s;
+  s.scale_log2 = float(double(p.score.softmax_scale) * 1.4426950408889634);
+  s.dropout = p.dropout.p > 0.0f;
+  if (s.dropout) {
+    s.drop_threshold = dropout_threshold(p.dropout.p);
+    s.keep_scale = float(1.0 / (1.0 - double(p.dropout.p)));
+  }
+  s.group = int(p.group_size());
+  return s;
+}
+
+void launch_fwd(const FwdProblem& p, cudaStream_t stream) {
+  FwdArgs args;
+  args.p = p;
+  args.s = make_score_args(p);
+  dtype_switch(p.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    head_dim_switch(head_dim_bucket(p.head_dim),
+                    [&](auto bucket) { run_fwd<T, decltype(bucket)::value>(args, stream); });
+  });
+}
+
+}  // namespace flashattn::detail::cuda::sm80

@@ -1,0 +1,87 @@
+#pragma once
+
+// Online softmax of the forward kernel, in registers. A thread holds two query rows per 16-row fragment
+// (g and g + 8) and, of each row, the 2 columns 2t, 2t+1 of every n8 fragment; the 4 lanes of a quad
+// (t = 0..3) hold the whole row, so row maxima are reduced with two __shfl_xor_sync (1, 2). Row sums stay
+// per-thread partial sums until the epilogue: every lane of a quad rescales by the same factor, so the
+// quad sum can be taken once at the end.
+//
+// Logits arrive in base 2 (log2(e) folded into the scale on the host), masked entries as -inf. A row
+// that has seen no visible key yet has max -inf; it is offset by 0 instead, so exp2(-inf - 0) = 0 and
+// no -inf - -inf = NaN appears (ex2.approx.ftz(-inf) = +0).
+
+#include "cuda/common/ptx.h"
+#include "cuda/sm80/mask.cuh"
+
+namespace flashattn::detail::cuda::sm80 {
+
+template <int kMFrags>
+struct OnlineSoftmax {
+  float row_max[kMFrags][2];
+  float row_sum[kMFrags][2];  // partial: this thread's columns only
+
+  __device__ __forceinline__ void init() {
+#pragma unroll
+    for (int mf = 0; mf < kMFrags; ++mf)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        row_max[mf][half] = kNegInf;
+        row_sum[mf][half] = 0.0f;
+      }
+  }
+
+  // Folds a tile of logits into the running max/sum; s becomes P = exp2(s - max) (fp32), and `rescale`
+  // the factor by which the O accumulator of each row must be multiplied before adding P V.
+  template <int kNFrags>
+  __device__ __forceinline__ void update(float (&s)[kMFrags][kNFrags][4], float (&rescale)[kMFrags][2]) {
+#pragma unroll
+    for (int mf = 0; mf < kMFrags; ++mf)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float mx = row_max[mf][half];
+#pragma unroll
+        for (int f = 0; f < kNFrags; ++f) mx = fmaxf(mx, fmaxf(s[mf][f][2 * half], s[mf][f][2 * half + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float offset = mx == kNegInf ? 0.0f : mx;
+        rescale[mf][half] = ptx::exp2_approx(row_max[mf][half] - offset);
+        row_max[mf][half] = mx;
+        float sum = 0.0f;
+#pragma unroll
+        for (int f = 0; f < kNFrags; ++f)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float p = ptx::exp2_approx(s[mf][f][2 * half + e] - offset);
+            s[mf][f][2 * half + e] = p;
+            sum += p;
+          }
+        row_sum[mf][half] = row_sum[mf][half] * rescale[mf][half] + sum;
+      }
+  }
+
+  // The full row sum (quad reduction); call once, after the last tile.
+  __device__ __forceinline__ void reduce_sums() {
+#pragma unroll
+    for (int mf = 0; mf < kMFrags; ++mf)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float l = row_sum[mf][half];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        row_sum[mf][half] = l;
+      }
+  }
+
+  // After reduce_sums: natural-log LSE of a row (+inf when it saw no visible key) and the factor that
+  // turns its O accumulator into the output (0 for such rows, which output 0).
+  __device__ __forceinline__ float lse(int mf, int half) const {
+    const float l = row_sum[mf][half];
+    return l > 0.0f ? row_max[mf][half] * kLn2 + logf(l) : __builtin_huge_valf();
+  }
+  __device__ __forceinline__ float out_scale(int mf, int half, float keep_scale) const {
+    const float l = row_sum[mf][half];
+    return l > 0.0f ? keep_scale / l : 0.0f;
+  }
+};
+
+}  // namespace flashattn::detail::cuda::sm80

@@ -1,0 +1,375 @@
+// cuda_sm80 (tensor-core FlashAttention-2). Two parts:
+//  * host checks of the index derivations the kernels rely on (swizzled shared-memory layout, ldmatrix
+//    lane addresses, tile ranges from the mask, the dropout lane exchange): these run everywhere;
+//  * GPU checks against the fp64 reference: tile-boundary sweeps per head-dim bucket, deterministic
+//    backward repeatability, dropout, a larger problem and a non-default stream (skipped without a GPU).
+// The shared catalogue (test_backend_forward/backward.cpp) covers every feature on this backend as well.
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "attention_case.h"
+#include "common/philox.h"
+#include "common/score.h"
+#include "criterion.h"
+#include "cuda/sm80/dropout_lanes.h"
+#include "cuda/sm80/kernel_traits.h"
+#include "cuda/sm80/smem_layout.h"
+#include "cuda/sm80/tile_range.h"
+#include "naive_lowp.h"
+
+#if defined(FLASHATTN_WITH_CUDA)
+#include <cuda_runtime_api.h>
+#endif
+
+namespace fa_test {
+namespace {
+
+namespace sm80 = flashattn::detail::cuda::sm80;
+using flashattn::detail::DropoutParams;
+using flashattn::detail::Mask;
+
+// ---------------------------------------------------------------------------------------------------
+// Shared-memory layout
+
+template <typename Tile, sm80::LanePattern kPattern>
+void check_lane_addresses() {
+  for (int lane = 0; lane < 32; ++lane) {
+    const sm80::Ldsm<Tile, kPattern> L(lane);
+    const bool rows16 = kPattern == sm80::LanePattern::kRows16;
+    const int r = rows16 ? lane % 16 : lane % 8 + 8 * (lane / 16);
+    const int h = rows16 ? lane / 16 : (lane / 8) % 2;
+    for (int r0 = 0; r0 + 16 <= Tile::kRows; r0 += 16)
+      for (int c0 = 0; c0 + 16 <= Tile::kCols; c0 += 16)
+        ASSERT_EQ(L.addr(1024, r0, c0), 1024u + 2u * uint32_t(Tile::chunk_offset(r0 + r, c0 / 8 + h)))
+            << "lane " << lane << " r0 " << r0 << " c0 " << c0;
+  }
+}
+
+template <int kRows, int kCols>
+void check_tile() {
+  using Tile = sm80::SmemTile<kRows, kCols>;
+  SCOPED_TRACE("tile " + std::to_string(kRows) + " x " + std::to_string(kCols));
+  // A bijection from (row, chunk) to 16-byte slots of the tile.
+  std::vector<int> hits(Tile::kElems / 8, 0);
+  for (int r = 0; r < kRows; ++r)
+    for (int c = 0; c < Tile::kChunksPerRow; ++c) {
+      const int off = Tile::chunk_offset(r, c);
+      ASSERT_EQ(off % 8, 0);
+      ASSERT_GE(off, 0);
+      ASSERT_LT(off, Tile::kElems);
+      ++hits[off / 8];
+    }
+  for (int n : hits) ASSERT_EQ(n, 1);
+  // ldmatrix phases: the same chunk of 8 rows starting at a multiple of 8 hits 8 different bank groups.
+  for (int r0 = 0; r0 < kRows; r0 += 8)
+    for (int c = 0; c < Tile::kChunksPerRow; ++c) {
+      std::set<int> groups;
+      for (int r = r0; r < r0 + 8; ++r) groups.insert((Tile::chunk_offset(r, c) * 2 / 16) % 8);
+      ASSERT_EQ(groups.size(), 8u) << "rows " << r0 << ".. chunk " << c;
+    }
+  // Accumulator stores (fragments.cuh store_acc): lanes (g, t) write 4 bytes at (r0 + g, 8 j + 2 t): 32
+  // different banks.
+  for (int r0 = 0; r0 < kRows; r0 += 16)
+    for (int half = 0; half < 2; ++half)
+      for (int j = 0; j < Tile::kChunksPerRow; ++j) {
+        std::set<int> banks;
+        for (int lane = 0; lane < 32; ++lane)
+          banks.insert((Tile::offset(r0 + lane / 4 + 8 * half, 8 * j + 2 * (lane % 4)) * 2 / 4) % 32);
+        ASSERT_EQ(banks.size(), 32u);
+      }
+  check_lane_addresses<Tile, sm80::LanePattern::kRows16>();
+  check_lane_addresses<Tile, sm80::LanePattern::kRows8x2>();
+}
+
+TEST(CudaSm80Layout, SwizzledTilesAreBijectiveConflictFreeAndLaneAddressesMatch) {
+  check_tile<16, 32>();
+  check_tile<64, 32>();
+  check_tile<128, 64>();
+  check_tile<64, 96>();
+  check_tile<128, 128>();
+  check_tile<64, 160>();
+  check_tile<128, 192>();
+  check_tile<32, 224>();
+  check_tile<64, 256>();
+}
+
+TEST(CudaSm80Layout, TileConfigurationsFitSm80) {
+  for (int d : sm80::kHeadDimBuckets) {
+    EXPECT_TRUE(sm80::valid(sm80::fwd_tile(d))) << d;
+    EXPECT_TRUE(sm80::valid(sm80::bwd_tile(d))) << d;
+    EXPECT_TRUE(sm80::valid(sm80::dq_tile(d))) << d;
+    EXPECT_EQ(sm80::head_dim_bucket(d), d);
+    EXPECT_EQ(sm80::head_dim_bucket(d - 8), d);
+  }
+  EXPECT_EQ(sm80::head_dim_bucket(8), 32);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Tile ranges (tile_range.h) against Mask::visible
+
+TEST(CudaSm80TileRange, RangesAndFullVisibilityMatchTheMask) {
+  const int64_t lens[] = {0, 1, 5, 17, 40};
+  const int64_t windows[] = {-1, 0, 3, 12};
+  for (int64_t sq : lens)
+    for (int64_t sk : lens)
+      for (int64_t wl : windows)
+        for (int64_t wr : windows) {
+          const Mask m{sq, sk, wl, wr};
+          SCOPED_TRACE("sq " + std::to_string(sq) + " sk " + std::to_string(sk) + " window " + std::to_string(wl) +
+                       "," + std::to_string(wr));
+          for (int64_t r0 = 0; r0 < sq; r0 += 3)
+            for (int64_t r1 = r0; r1 < sq; r1 += 4) {
+              const sm80::Range keys = sm80::keys_for_rows(m, r0, r1);
+              for (int64_t i = r0; i <= r1; ++i)
+                for (int64_t j = 0; j < sk; ++j)
+                  if (m.visible(i, j)) {
+                    ASSERT_TRUE(j >= keys.begin && j < keys.end) << i << "," << j;
+                  }
+              for (int64_t k0 = 0; k0 < sk + 2; k0 += 2)
+                for (int64_t k1 = k0; k1 < sk + 3; k1 += 3) {
+                  bool all = true;
+                  for (int64_t i = r0; i <= r1; ++i)
+                    for (int64_t j = k0; j <= k1; ++j) all = all && m.visible(i, j);
+                  ASSERT_EQ(sm80::tile_fully_visible(m, r0, r1, k0, k1), all)
+                      << r0 << ".." << r1 << " x " << k0 << ".." << k1;
+                }
+            }
+          for (int64_t k0 = 0; k0 < sk; k0 += 2)
+            for (int64_t k1 = k0; k1 < sk; k1 += 3) {
+              const sm80::Range rows = sm80::rows_for_keys(m, k0, k1);
+              ASSERT_GE(rows.begin, 0);
+              ASSERT_LE(rows.end, sq);
+              for (int64_t i = 0; i < sq; ++i)
+                for (int64_t j = k0; j <= k1; ++j)
+                  if (m.visible(i, j)) {
+                    ASSERT_TRUE(i >= rows.begin && i < rows.end) << i << "," << j;
+                  }
+            }
+        }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Dropout lane exchange (dropout.cuh) replayed on the host for one warp
+
+TEST(CudaSm80Dropout, LaneExchangeReproducesThePhiloxKeepMask) {
+  const DropoutParams d{0.5f, 0x9E3779B97F4A7C15ull, 11};
+  const uint32_t threshold = flashattn::detail::dropout_threshold(d.p);
+  const int64_t heads = 3;
+  for (int64_t b : {0, 2})
+    for (int64_t h : {0, 1})
+      for (int64_t base0 : {0, 16, 48})
+        for (int64_t base1 : {0, 16, 64}) {
+          uint32_t drawn[32];
+          // Row-major: rows base0 + g (+ 8), keys base1 + 8 + 2t (+ 1); exchange with lane ^ 1.
+          const int64_t key0 = base1 + 8;
+          for (int lane = 0; lane < 32; ++lane) {
+            const sm80::DropoutDraw w = sm80::dropout_draw_rowmajor(lane);
+            drawn[lane] =
+                sm80::keep_nibble(flashattn::detail::dropout_words(d, b, h, heads, base0 + w.query, key0 + w.key),
+                                  threshold)
+                << w.shift;
+          }
+          for (int lane = 0; lane < 32; ++lane) {
+            const uint32_t bits = drawn[lane] | drawn[lane ^ 1];
+            for (int e = 0; e < 4; ++e) {
+              const int64_t row = base0 + lane / 4 + 8 * (e / 2), key = key0 + 2 * (lane % 4) + e % 2;
+              ASSERT_EQ(bool((bits >> sm80::dropout_bit_rowmajor(e, lane)) & 1),
+                        flashattn::detail::dropout_keep(d, b, h, heads, row, key))
+                  << "row-major lane " << lane << " e " << e;
+            }
+          }
+          // Transposed: keys base1 + g (+ 8), queries base0 + 8 + 2t (+ 1); exchange with lane ^ 4, ^ 8.
+          const int64_t q0 = base0 + 8;
+          for (int lane = 0; lane < 32; ++lane) {
+            const sm80::DropoutDraw w = sm80::dropout_draw_transposed(lane);
+            drawn[lane] = sm80::keep_nibble(
+                              flashattn::detail::dropout_words(d, b, h, heads, q0 + w.query, base1 + w.key), threshold)
+                          << w.shift;
+          }
+          for (int lane = 0; lane < 32; ++lane) {
+            const uint32_t bits = drawn[lane] | drawn[lane ^ 4] | drawn[lane ^ 8] | drawn[lane ^ 12];
+            for (int e = 0; e < 4; ++e) {
+              const int64_t key = base1 + lane / 4 + 8 * (e / 2), query = q0 + 2 * (lane % 4) + e % 2;
+              ASSERT_EQ(bool((bits >> sm80::dropout_bit_transposed(e, lane)) & 1),
+                        flashattn::detail::dropout_keep(d, b, h, heads, query, key))
+                  << "transposed lane " << lane << " e " << e;
+            }
+          }
+        }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// GPU: the backend against the reference
+
+constexpr const char* kBackend = "cuda_sm80";
+
+#define FA_SKIP_WITHOUT_GPU() \
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible: cuda_sm80 not run"
+
+// Runs `body`; an `unsupported` error (an old GPU, a pruned head dim) skips the test with its reason.
+#define FA_SKIP_IF_UNSUPPORTED(body)                                            \
+  try {                                                                         \
+    body;                                                                       \
+  } catch (const flashattn::Error& e) {                                         \
+    if (e.status() == flashattn::Status::unsupported) GTEST_SKIP() << e.what(); \
+    throw;                                                                      \
+  }
+
+void expect_forward_matches(const AttnConfig& cfg, uint64_t seed) {
+  SCOPED_TRACE(cfg.name());
+  const AttnInputs in = make_inputs(cfg, seed);
+  FwdOutputs got;
+  FA_SKIP_IF_UNSUPPORTED(got = run_forward(in, kBackend, Device::cuda(0)));
+  const FwdOutputs ref = reference_forward(in);
+  const NaiveOutputs naive = naive_lowp(in, false);
+  EXPECT_TRUE(within_criterion("out", got.out, ref.out.to_double(), naive.out, cfg.dtype));
+  EXPECT_TRUE(within_criterion("softmax_lse", got.lse, ref.lse.to_double(), naive.lse, DType::f32));
+}
+
+void expect_backward_matches(const AttnConfig& cfg, uint64_t seed, bool deterministic) {
+  SCOPED_TRACE(cfg.name() + (deterministic ? " deterministic" : ""));
+  const AttnInputs in = make_inputs(cfg, seed);
+  BwdOutputs got;
+  FA_SKIP_IF_UNSUPPORTED(
+      got = run_backward(in, run_forward(in, kBackend, Device::cuda(0)), kBackend, Device::cuda(0), deterministic));
+  const BwdOutputs ref = reference_backward(in);
+  const NaiveOutputs naive = naive_lowp(in, true);
+  EXPECT_TRUE(within_criterion("dq", got.dq, ref.dq.to_double(), naive.dq, cfg.dtype));
+  EXPECT_TRUE(within_criterion("dk", got.dk, ref.dk.to_double(), naive.dk, cfg.dtype));
+  EXPECT_TRUE(within_criterion("dv", got.dv, ref.dv.to_double(), naive.dv, cfg.dtype));
+}
+
+AttnConfig small_config(int bucket, int64_t sq, int64_t sk, bool causal) {
+  AttnConfig c;
+  c.dtype = bucket % 64 == 0 ? DType::bf16 : DType::f16;
+  // Every other bucket runs a head dim 8 below it: the padded dims are zero-filled, never stored.
+  c.head_dim = (bucket / 32) % 2 == 0 ? bucket : bucket - 8;
+  c.batch = 1;
+  c.heads = 2;
+  c.heads_k = 1;
+  c.seqlen_q = sq;
+  c.seqlen_k = sk;
+  c.causal = causal;
+  return c;
+}
+
+class CudaSm80Buckets : public testing::TestWithParam<int> {};
+
+// Query and key counts one below, at and one above the forward tile sizes of the bucket.
+TEST_P(CudaSm80Buckets, ForwardAtTileBoundaries) {
+  FA_SKIP_WITHOUT_GPU();
+  const int bucket = GetParam();
+  const sm80::FwdTile tile = sm80::fwd_tile(bucket);
+  uint64_t seed = 100;
+  for (int dm : {-1, 0, 1})
+    for (int dn : {-1, 0, 1})
+      for (bool causal : {false, true})
+        expect_forward_matches(small_config(bucket, tile.block_m + dm, tile.block_n + dn, causal), ++seed);
+}
+
+// Key counts around the backward CTA tile, query counts around its query step and the dQ kernel's tile,
+// with the atomic and the deterministic dQ.
+TEST_P(CudaSm80Buckets, BackwardAtTileBoundaries) {
+  FA_SKIP_WITHOUT_GPU();
+  const int bucket = GetParam();
+  const sm80::BwdTile tile = sm80::bwd_tile(bucket);
+  const int dq_rows = sm80::dq_tile(bucket).block_m;
+  uint64_t seed = 200;
+  for (int dn : {-1, 0, 1})
+    for (int64_t sq : {int64_t(tile.block_m) - 1, int64_t(dq_rows) + 1})
+      for (bool causal : {false, true})
+        for (bool deterministic : {false, true})
+          expect_backward_matches(small_config(bucket, sq, tile.block_n + dn, causal), ++seed, deterministic);
+}
+
+INSTANTIATE_TEST_SUITE_P(HeadDims, CudaSm80Buckets, testing::ValuesIn(sm80::kHeadDimBuckets),
+                         [](const testing::TestParamInfo<int>& info) { return "d" + std::to_string(info.param); });
+
+TEST(CudaSm80, DeterministicBackwardIsBitwiseRepeatable) {
+  FA_SKIP_WITHOUT_GPU();
+  AttnConfig c;
+  c.dtype = DType::bf16;
+  c.batch = 2, c.seqlen_q = 300, c.seqlen_k = 257, c.heads = 4, c.heads_k = 2, c.head_dim = 128;
+  c.causal = true;
+  c.dropout_p = 0.1f;
+  const AttnInputs in = make_inputs(c, 7);
+  FwdOutputs fwd;
+  FA_SKIP_IF_UNSUPPORTED(fwd = run_forward(in, kBackend, Device::cuda(0)));
+  const BwdOutputs a = run_backward(in, fwd, kBackend, Device::cuda(0), true);
+  const BwdOutputs b = run_backward(in, fwd, kBackend, Device::cuda(0), true);
+  EXPECT_EQ(std::memcmp(a.dq.data(), b.dq.data(), a.dq.nbytes()), 0);
+  EXPECT_EQ(std::memcmp(a.dk.data(), b.dk.data(), a.dk.nbytes()), 0);
+  EXPECT_EQ(std::memcmp(a.dv.data(), b.dv.data(), a.dv.nbytes()), 0);
+  expect_backward_matches(c, 7, true);
+}
+
+TEST(CudaSm80, DropoutHalfMatchesReference) {
+  FA_SKIP_WITHOUT_GPU();
+  for (int d : {64, 128, 256}) {
+    AttnConfig c;
+    c.dtype = DType::f16;
+    c.batch = 2, c.seqlen_q = 150, c.seqlen_k = 190, c.heads = 4, c.heads_k = 4, c.head_dim = d;
+    c.dropout_p = 0.5f;
+    c.dropout_seed = 987654321;
+    c.dropout_offset = 3;
+    expect_forward_matches(c, 40 + d);
+    expect_backward_matches(c, 40 + d, false);
+  }
+}
+
+TEST(CudaSm80, LargerProblemMatchesReference) {
+  FA_SKIP_WITHOUT_GPU();
+  AttnConfig c;
+  c.dtype = DType::bf16;
+  c.batch = 2, c.seqlen_q = 1024, c.seqlen_k = 1024, c.heads = 4, c.heads_k = 4, c.head_dim = 128;
+  for (bool causal : {false, true}) {
+    c.causal = causal;
+    expect_forward_matches(c, 11);
+    expect_backward_matches(c, 12, false);
+  }
+}
+
+#if defined(FLASHATTN_WITH_CUDA)
+// The kernels run on the caller's stream: results on a fresh stream equal those on the default stream.
+TEST(CudaSm80, RunsOnTheCallersStream) {
+  FA_SKIP_WITHOUT_GPU();
+  AttnConfig c;
+  c.dtype = DType::f16;
+  c.batch = 2, c.seqlen_q = 77, c.seqlen_k = 130, c.heads = 4, c.heads_k = 2, c.head_dim = 64;
+  c.causal = true;
+  const AttnInputs in = make_inputs(c, 21);
+  FwdOutputs expect;
+  FA_SKIP_IF_UNSUPPORTED(expect = run_forward(in, kBackend, Device::cuda(0)));
+
+  const Device dev = Device::cuda(0);
+  DeviceTensor q(in.q, dev), k(in.k, dev), v(in.v, dev);
+  HostTensor out(c.dtype, in.q.shape()), lse(DType::f32, {c.batch, c.heads, c.seqlen_q});
+  out.poison();
+  lse.poison();
+  DeviceTensor d_out(out, dev), d_lse(lse, dev);
+  flashattn::FwdParams p;
+  p.q = q.view();
+  p.k = k.view();
+  p.v = v.view();
+  p.out = d_out.view();
+  p.softmax_lse = d_lse.view();
+  p.options.causal = true;
+  p.options.backend = kBackend;
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  flashattn::forward(p, stream);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+  const HostTensor got_out = d_out.download(), got_lse = d_lse.download();
+  EXPECT_EQ(std::memcmp(got_out.data(), expect.out.data(), got_out.nbytes()), 0);
+  EXPECT_EQ(std::memcmp(got_lse.data(), expect.lse.data(), got_lse.nbytes()), 0);
+}
+#endif
+
+}  // namespace
+}  // namespace fa_test
