@@ -1,0 +1,303 @@
+"""Decode benchmark: flashattn.flash_attn_with_kvcache (cuda_decode) against PyTorch SDPA (cuDNN, flash).
+
+Measures, per configuration (head dim, query/kv heads, batch, context, query tokens, page size), the
+median time of each implementation on the same K/V data and reports the K+V bytes read per second, the
+fraction of a read-only ceiling measured in the same process (the larger of a torch.sum reduction and a
+custom 16-byte-load read kernel through cupy, when cupy is present), and the ratios against cuDNN and
+flash. L2 is flushed before every timed call. Peers run non-causal on the contiguous cache (SDPA's
+is_causal is top-left aligned, not the bottom-right of decoding); cuda_decode runs non-causal too unless
+--causal. Paged configurations time cuda_decode on a shuffled page table holding the same keys as the
+contiguous cache; the peers' figures are those of the contiguous layout.
+
+Prints a table and writes JSON (--out). The default subset (30 configurations) takes 1-3 minutes on an
+H200; --full (~1700 configurations, far longer) and the list flags select more. Importable and
+--help-able without a GPU or torch.
+
+    python bench/decode_bench.py                       # default subset
+    python bench/decode_bench.py --full --out decode.json
+    python bench/decode_bench.py --dims 128 --batches 1 16 --contexts 4096 --sq 1 8 --pages 0 16
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+GIB = 1 << 30
+
+# The default subset: (head_dim, heads, heads_k, batch, context, seqlen_q, page_size); page 0 = contiguous.
+DEFAULT_CONFIGS = (
+    [(128, 32, 8, b, s, 1, 0) for b in (1, 16, 64) for s in (4096, 32768)]
+    + [(128, 32, 8, b, s, 1, 16) for b in (1, 16, 64) for s in (4096, 32768)]
+    + [(128, 32, 8, 16, 4096, 1, p) for p in (1, 256)]
+    + [(128, 32, 8, b, s, q, 0) for b in (1, 16) for s in (4096, 32768) for q in (8, 16)]
+    + [(128, 64, 8, b, 4096, q, 16) for b in (1, 16) for q in (1, 8)]
+    + [(d, 32 if d == 64 else 16, 8, 16, 8192, 1, 0) for d in (64, 256)]
+    + [(128, 32, 8, 128, 8192, 1, 16), (128, 32, 8, 4, 131072, 1, 16)]
+)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p.add_argument("--full", action="store_true",
+                   help="the whole grid: dims 64/128/256, GQA 32/8 and 64/8, batch 1..128, context 1k..128k, "
+                        "Sq 1/8/16, pages 1/16/256/contiguous (skips configurations above --max-kv-gib)")
+    p.add_argument("--dims", type=int, nargs="+", help="head dims (a grid with the other list flags)")
+    p.add_argument("--ratios", nargs="+", default=None, help="query/kv heads, e.g. 32/8 64/8")
+    p.add_argument("--batches", type=int, nargs="+")
+    p.add_argument("--contexts", type=int, nargs="+")
+    p.add_argument("--sq", type=int, nargs="+", help="query tokens per call")
+    p.add_argument("--pages", type=int, nargs="+", help="page sizes; 0 = contiguous cache")
+    p.add_argument("--causal", action="store_true", help="run cuda_decode causal (bottom-right) for Sq > 1")
+    p.add_argument("--no-peers", action="store_true", help="time only cuda_decode")
+    p.add_argument("--rep-ms", type=float, default=100.0, help="timing budget per implementation and config")
+    p.add_argument("--max-kv-gib", type=float, default=24.0, help="skip configurations with more K+V bytes")
+    p.add_argument("--out", default=None, help="JSON path (default: $OUT/decode_bench.json or ./decode_bench.json)")
+    return p.parse_args(argv)
+
+
+def selected_configs(a):
+    grid_flags = (a.dims, a.ratios, a.batches, a.contexts, a.sq, a.pages)
+    if not a.full and all(f is None for f in grid_flags):
+        return list(DEFAULT_CONFIGS)
+    dims = a.dims or ([64, 128, 256] if a.full else [128])
+    ratios = [tuple(int(x) for x in r.split("/")) for r in (a.ratios or (["32/8", "64/8"] if a.full else ["32/8"]))]
+    batches = a.batches or ([1, 4, 16, 64, 128] if a.full else [1, 16])
+    contexts = a.contexts or ([1024, 4096, 16384, 32768, 131072] if a.full else [4096, 32768])
+    sqs = a.sq or ([1, 8, 16] if a.full else [1])
+    pages = a.pages if a.pages is not None else ([0, 1, 16, 256] if a.full else [0, 16])
+    return [(d, h, hk, b, s, q, pg) for d in dims for (h, hk) in ratios for b in batches for s in contexts
+            for q in sqs for pg in pages if pg == 0 or s % pg == 0]
+
+
+def kv_bytes(cfg):
+    d, _, hk, b, s, _, _ = cfg
+    return 2 * b * s * hk * d * 2
+
+
+# ---------------------------------------------------------------------------------------------- timing
+
+class Timer:
+    """Median GPU time of fn() in ms, L2 flushed (a 256 MB write) before each call, CUDA events."""
+
+    def __init__(self, torch):
+        self.torch = torch
+        self.flush = torch.empty(256 * 1024 * 1024, dtype=torch.uint8, device="cuda")
+
+    def __call__(self, fn, rep_ms):
+        torch = self.torch
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        one = max(time.perf_counter() - t0, 1e-6) * 1e3
+        n = int(min(200, max(5, rep_ms / max(one, 0.05))))
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        for i in range(n):
+            self.flush.zero_()
+            starts[i].record()
+            fn()
+            ends[i].record()
+        torch.cuda.synchronize()
+        times = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
+        return times[len(times) // 2]
+
+
+READ_KERNEL = r"""
+extern "C" __global__ void read_bytes(const uint4* __restrict__ p, unsigned long long n, unsigned* sink) {
+  unsigned acc = 0;
+  const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+  unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+  for (; i + 3 * stride < n; i += 4 * stride) {  // four independent 16-byte loads in flight per thread
+    const uint4 a = p[i], b = p[i + stride], c = p[i + 2 * stride], d = p[i + 3 * stride];
+    acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
+  }
+  for (; i < n; i += stride) { const uint4 a = p[i]; acc ^= a.x ^ a.y ^ a.z ^ a.w; }
+  if (acc == 0x9e3779b9u) sink[0] = acc;  // keeps the loads alive
+}
+"""
+
+
+def read_ceilings(torch, timer):
+    """Read-only bandwidth (TB/s) of a torch reduction and, with cupy, of a custom read kernel."""
+    out = {}
+    x = torch.randn(2 * GIB // 2, dtype=torch.bfloat16, device="cuda")
+    nbytes = x.numel() * 2
+    ms = timer(lambda: x.sum(), 200)
+    out["torch_sum_tbps"] = nbytes / ms / 1e9
+    try:
+        import cupy
+
+        kernel = cupy.RawKernel(READ_KERNEL, "read_bytes")
+        sink = cupy.zeros(1, dtype=cupy.uint32)
+        n16 = nbytes // 16
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        stream = cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+        xc = cupy.asarray(x.view(torch.int16))  # the same memory (cupy has no bfloat16)
+
+        def run():
+            with stream:
+                kernel((sms * 8,), (512,), (xc, cupy.uint64(n16), sink))
+
+        ms = timer(run, 200)
+        out["read_kernel_tbps"] = nbytes / ms / 1e9
+    except Exception as e:  # no cupy, or no compiler for it: the torch figure alone
+        out["read_kernel_error"] = repr(e)[:200]
+    del x
+    torch.cuda.empty_cache()
+    out["ceiling_tbps"] = max(v for k, v in out.items() if k.endswith("_tbps"))
+    return out
+
+
+# ------------------------------------------------------------------------------------------ one config
+
+def run_config(torch, F, flashattn, timer, cfg, args, peers_cache):
+    d, h, hk, b, s, sq, page = cfg
+    dt = torch.bfloat16
+    row = {"head_dim": d, "heads": h, "heads_k": hk, "batch": b, "context": s, "seqlen_q": sq,
+           "page_size": page, "kv_bytes": kv_bytes(cfg)}
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    k = torch.randn(b, s, hk, d, dtype=dt, device="cuda", generator=gen)
+    v = torch.randn(b, s, hk, d, dtype=dt, device="cuda", generator=gen)
+    q = torch.randn(b, sq, h, d, dtype=dt, device="cuda", generator=gen)
+    lens = torch.full((b,), s, dtype=torch.int32, device="cuda")
+    causal = args.causal and sq > 1
+
+    if page:
+        # Same keys as the contiguous cache, pages in shuffled physical order.
+        per_seq = s // page
+        nblocks = b * per_seq
+        perm = torch.randperm(nblocks, device="cuda", generator=gen)
+        k_cache = k.view(nblocks, page, hk, d)[perm].contiguous()
+        v_cache = v.view(nblocks, page, hk, d)[perm].contiguous()
+        table = torch.argsort(perm).to(torch.int32).view(b, per_seq)
+        call = lambda: flashattn.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=lens,
+                                                         block_table=table, causal=causal)
+    else:
+        call = lambda: flashattn.flash_attn_with_kvcache(q, k, v, cache_seqlens=lens, causal=causal)
+
+    try:
+        chosen = [x["name"] for x in flashattn.query_backends_kvcache(
+            q, k_cache if page else k, v_cache if page else v, cache_seqlens=lens,
+            block_table=table if page else None, causal=causal) if x["chosen"]]
+        row["backend"] = chosen[0] if chosen else None
+    except Exception as e:
+        row["backend"] = "query failed: " + repr(e)[:100]
+
+    ours = call()
+    ms = timer(call, args.rep_ms)
+    row["cuda_decode_ms"] = ms
+    row["cuda_decode_tbps"] = row["kv_bytes"] / ms / 1e9
+
+    # Peers on the contiguous layout through (B, H, S, D) views (no copies); their figures are shared by
+    # the paged variants of a configuration.
+    qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    key = (d, h, hk, b, s, sq)
+    if not args.no_peers:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        for name, be in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
+            if (key, name) not in peers_cache:
+                try:
+                    with sdpa_kernel([be]), torch.no_grad():
+                        t = timer(lambda: F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True), args.rep_ms)
+                    peers_cache[(key, name)] = (row["kv_bytes"] / t / 1e9, None)
+                except Exception as e:
+                    peers_cache[(key, name)] = (None, repr(e)[:160])
+            row[name + "_tbps"], err = peers_cache[(key, name)]
+            if err:
+                row[name + "_error"] = err
+    if not causal:
+        # A sanity check of the output (not the test suite: tests/cpp/test_cuda_decode.cpp is).
+        with torch.no_grad():
+            ref = F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True).transpose(1, 2)
+        row["max_abs_diff"] = (ours.float() - ref.float()).abs().max().item()
+    for name in ("cudnn", "flash"):
+        if row.get(name + "_tbps"):
+            row["x_vs_" + name] = row["cuda_decode_tbps"] / row[name + "_tbps"]
+    return row
+
+
+def machine_info(torch):
+    info = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "python": platform.python_version(),
+            "torch": torch.__version__, "cudnn": torch.backends.cudnn.version()}
+    if torch.cuda.is_available():
+        info["device"] = torch.cuda.get_device_name()
+        info["sms"] = torch.cuda.get_device_properties(0).multi_processor_count
+    try:
+        here = os.path.dirname(os.path.abspath(__file__))
+        info["commit"] = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True,
+                                        text=True, timeout=10).stdout.strip()
+    except Exception:
+        info["commit"] = None
+    return info
+
+
+def fmt(x, spec):
+    return format(x, spec) if isinstance(x, (int, float)) else "-"
+
+
+def print_table(rows, ceiling):
+    print(f"\nK+V read bandwidth (TB/s); ceiling {ceiling:.2f} TB/s; x = cuda_decode / peer")
+    print(f"{'D':>4} {'H/Hk':>6} {'B':>4} {'ctx':>7} {'Sq':>3} {'page':>5} | {'ours':>5} {'%ceil':>6} "
+          f"{'cudnn':>6} {'flash':>6} {'x cudnn':>7} {'x flash':>7} | {'us':>8} {'maxdiff':>8}")
+    for r in rows:
+        if "skipped" in r:
+            continue
+        pg = str(r["page_size"]) if r["page_size"] else "contig"
+        print(f"{r['head_dim']:>4} {str(r['heads']) + '/' + str(r['heads_k']):>6} {r['batch']:>4} {r['context']:>7} "
+              f"{r['seqlen_q']:>3} {pg:>5} | {r['cuda_decode_tbps']:5.2f} {100 * r['cuda_decode_tbps'] / ceiling:5.1f}% "
+              f"{fmt(r.get('cudnn_tbps'), '6.2f'):>6} {fmt(r.get('flash_tbps'), '6.2f'):>6} "
+              f"{fmt(r.get('x_vs_cudnn'), '7.2f'):>7} {fmt(r.get('x_vs_flash'), '7.2f'):>7} | "
+              f"{1e3 * r['cuda_decode_ms']:8.1f} {fmt(r.get('max_abs_diff'), '8.1e'):>8}")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    import torch
+    import torch.nn.functional as F
+
+    if not torch.cuda.is_available():
+        sys.exit("decode_bench: no CUDA device visible (this benchmark runs on the GPU machine)")
+    import flashattn
+
+    configs = selected_configs(args)
+    timer = Timer(torch)
+    result = {"machine": machine_info(torch), "args": vars(args), "ceilings": read_ceilings(torch, timer), "rows": []}
+    ceiling = result["ceilings"]["ceiling_tbps"]
+    print("ceilings:", json.dumps({k: (round(v, 3) if isinstance(v, float) else v)
+                                   for k, v in result["ceilings"].items()}), flush=True)
+    peers_cache = {}
+    t_start = time.perf_counter()
+    for cfg in configs:
+        if kv_bytes(cfg) > args.max_kv_gib * GIB:
+            result["rows"].append({"config": cfg, "skipped": f"K+V above --max-kv-gib {args.max_kv_gib}"})
+            continue
+        try:
+            row = run_config(torch, F, flashattn, timer, cfg, args, peers_cache)
+            row["fraction_of_ceiling"] = row["cuda_decode_tbps"] / ceiling
+        except Exception as e:
+            row = {"config": cfg, "skipped": "error: " + repr(e)[:300]}
+            print("error in", cfg, row["skipped"], flush=True)
+        result["rows"].append(row)
+        if "skipped" not in row:
+            print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)
+        torch.cuda.empty_cache()
+    result["seconds"] = time.perf_counter() - t_start
+    print_table(result["rows"], ceiling)
+    path = args.out or os.path.join(os.environ.get("OUT", "."), "decode_bench.json")
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"\n{len(result['rows'])} configurations in {result['seconds']:.0f} s; JSON: {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+// Append + rotary, run on the call's stream before the attention kernel (so the attention reads the
+// appended cache). One warp per row of head_dim elements:
+//   rows [0, B * Sn * Hk): new token t of kv head hk of sequence b, row = (b * Sn + t) * Hk + hk; k_new
+//     is rotated at cache position cache_seqlens[b] + t and written with v_new at that position
+//     (common/kvcache.h's cache_offset: paged or through cache_batch_idx);
+//   rows [B * Sn * Hk, + B * Sq * H) when q_rot is given: query (b, i, h), row = (b * Sq + i) * H + h,
+//     rotated at rotary_q_position into row `row` of q_rot, a contiguous (B, Sq, H, D) buffer.
+// Rotation in fp32 of the stored 16-bit values, rounded once to the storage type; elements past
+// rotary_dim (and V) are copied bit for bit.
+
+#include <cuda_runtime.h>
+
+#include "common/kvcache.h"
+#include "cuda/common/check.h"
+#include "cuda/common/elem.cuh"
+#include "cuda/common/launch.h"
+#include "cuda/decode/decode.h"
+
+namespace flashattn::detail::cuda::decode {
+
+namespace {
+
+constexpr int kAppendWarps = 4;
+
+// dst = src rotated at position pos (first rotary_dim elements), the rest copied; lane-strided.
+template <typename T>
+__device__ __forceinline__ void rotate_row(const KVCacheProblem& p, const T* src, T* dst, int64_t pos, int lane) {
+  const int64_t rot = p.rotary.cos != nullptr ? p.rotary.dim : 0;
+  if (rot > 0) {
+    const T* cos = static_cast<const T*>(p.rotary.cos) + pos * p.rotary.cos_row_stride;
+    const T* sin = static_cast<const T*>(p.rotary.sin) + pos * p.rotary.sin_row_stride;
+    for (int64_t pair = lane; pair < rot / 2; pair += 32) {
+      int64_t i0, i1;
+      rotary_pair(p.rotary, pair, &i0, &i1);
+      const float c = to_float(cos[pair]), s = to_float(sin[pair]);
+      const float x0 = to_float(src[i0]), x1 = to_float(src[i1]);
+      dst[i0] = from_float<T>(fmaf(x0, c, -x1 * s));
+      dst[i1] = from_float<T>(fmaf(x0, s, x1 * c));
+    }
+  }
+  for (int64_t d = rot + lane; d < p.head_dim; d += 32) dst[d] = src[d];
+}
+
+template <typename T>
+__global__ void __launch_bounds__(32 * kAppendWarps) append_rotary_kernel(const KVCacheProblem p, T* q_rot) {
+  // Row counts fit in 32 bits (the backend's supports function checks): 32-bit index arithmetic.
+  const int lane = int(threadIdx.x) % 32;
+  const int row = int(blockIdx.x) * kAppendWarps + int(threadIdx.x) / 32;
+  const int kv_rows = int(p.batch * p.seqlen_new * p.heads_k);
+  if (row < kv_rows) {
+    const int heads_k = int(p.heads_k), seqlen_new = int(p.seqlen_new);
+    const int hk = row % heads_k, t = row / heads_k % seqlen_new, b = row / heads_k / seqlen_new;
+    const CacheSeq s = cache_seq(p, b);
+    const int64_t pos = s.seqlen_before + t;
+    const T* k_new = static_cast<const T*>(p.k_new.ptr) + p.k_new.offset(b, t, hk);
+    const T* v_new = static_cast<const T*>(p.v_new.ptr) + p.v_new.offset(b, t, hk);
+    T* k_dst = static_cast<T*>(p.cache.k) + cache_offset(p.cache, s, b, pos, hk, false);
+    T* v_dst = static_cast<T*>(p.cache.v) + cache_offset(p.cache, s, b, pos, hk, true);
+    rotate_row(p, k_new, k_dst, pos, lane);
+    for (int64_t d = lane; d < p.head_dim; d += 32) v_dst[d] = v_new[d];
+    return;
+  }
+  const int r = row - kv_rows;
+  if (q_rot == nullptr || r >= p.batch * p.seqlen_q * p.heads) return;
+  const int heads = int(p.heads), seqlen_q = int(p.seqlen_q);
+  const int h = r % heads, i = r / heads % seqlen_q, b = r / heads / seqlen_q;
+  const CacheSeq s = cache_seq(p, b);
+  const T* q = static_cast<const T*>(p.q.ptr) + p.q.offset(b, i, h);
+  rotate_row(p, q, q_rot + int64_t(r) * p.head_dim, rotary_q_position(p, s, i), lane);
+}
+
+}  // namespace
+
+void launch_append_rotary(const KVCacheProblem& p, void* q_rot, cudaStream_t stream) {
+  const int64_t rows = p.batch * p.seqlen_new * p.heads_k + (q_rot ? p.batch * p.seqlen_q * p.heads : 0);
+  if (rows == 0) return;
+  const dim3 grid = grid_1d(ceil_div(rows, kAppendWarps), "cuda_decode append");
+  if (p.dtype == DType::f16)
+    append_rotary_kernel<__half><<<grid, 32 * kAppendWarps, 0, stream>>>(p, static_cast<__half*>(q_rot));
+  else
+    append_rotary_kernel<__nv_bfloat16><<<grid, 32 * kAppendWarps, 0, stream>>>(p, static_cast<__nv_bfloat16*>(q_rot));
+  FA_CUDA_CHECK_LAUNCH("cuda_decode append");
+}
+
+}  // namespace flashattn::detail::cuda::decode

@@ -1,0 +1,11 @@
+// The decode attention kernels of head-dim bucket 128 (attention_launch.cuh).
+
+#include "cuda/decode/attention_launch.cuh"
+
+namespace flashattn::detail::cuda::decode {
+
+template KernelShape prepare_attention_for<128>(DType, RowShape, int);
+template void launch_attention_for<128>(DType, RowShape, const KVCacheProblem&, const DecodeArgs&, int64_t,
+                                        cudaStream_t);
+
+}  // namespace flashattn::detail::cuda::decode

@@ -1,0 +1,84 @@
+#pragma once
+
+// Host launch code of the attention kernel for one head-dim bucket, included by attention_d64.cu,
+// attention_d128.cu and attention_d256.cu (one bucket each, so the six instantiations of a bucket compile
+// in their own translation unit). Instantiations: 3 buckets x 3 row shapes x 2 dtypes = 18 kernels.
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "cuda/common/check.h"
+#include "cuda/common/dispatch.h"
+#include "cuda/common/launch.h"
+#include "cuda/decode/attention_kernel.cuh"
+#include "cuda/decode/decode.h"
+#include "flashattn/error.h"
+
+namespace flashattn::detail::cuda::decode {
+
+// Calls f(TypeTag<T>{}, TypeTag<Tile>{}) for the storage type and tile of (dtype, shape).
+template <int kHeadDim, typename F>
+void with_tile(DType dtype, RowShape shape, F&& f) {
+  auto for_type = [&](auto type) {
+    switch (shape) {
+      case RowShape::small:
+        f(type, TypeTag<DecodeTile<kHeadDim, row_warps(RowShape::small), key_warps(RowShape::small)>>{});
+        return;
+      case RowShape::medium:
+        f(type, TypeTag<DecodeTile<kHeadDim, row_warps(RowShape::medium), key_warps(RowShape::medium)>>{});
+        return;
+      case RowShape::large:
+        f(type, TypeTag<DecodeTile<kHeadDim, row_warps(RowShape::large), key_warps(RowShape::large)>>{});
+        return;
+    }
+  };
+  if (dtype == DType::f16)
+    for_type(TypeTag<__half>{});
+  else if (dtype == DType::bf16)
+    for_type(TypeTag<__nv_bfloat16>{});
+  else
+    throw Error(Status::internal, std::string("flashattn: cuda_decode: dtype ") + dtype_name(dtype) + " has no kernel");
+}
+
+template <typename T, typename Tile>
+KernelShape prepare_kernel(int device) {
+  static std::mutex mutex;
+  static std::map<int, int> blocks_per_sm;  // per device
+  const auto kernel = decode_attention_kernel<T, Tile>;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = blocks_per_sm.find(device);
+  if (it == blocks_per_sm.end()) {
+    allow_dynamic_smem(kernel, Tile::kSmemBytes, device, "cuda_decode attention");
+    int blocks = 0;
+    FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, Tile::kThreads, Tile::kSmemBytes));
+    it = blocks_per_sm.emplace(device, blocks).first;
+  }
+  return KernelShape{Tile::kRows, Tile::kBlockN, Tile::kThreads, Tile::kSmemBytes, it->second};
+}
+
+template <int kHeadDim>
+KernelShape prepare_attention_for(DType dtype, RowShape shape, int device) {
+  KernelShape out;
+  with_tile<kHeadDim>(dtype, shape, [&](auto type, auto tile) {
+    out = prepare_kernel<typename decltype(type)::type, typename decltype(tile)::type>(device);
+  });
+  return out;
+}
+
+template <int kHeadDim>
+void launch_attention_for(DType dtype, RowShape shape, const KVCacheProblem& p, const DecodeArgs& a, int64_t blocks,
+                          cudaStream_t stream) {
+  with_tile<kHeadDim>(dtype, shape, [&](auto type, auto tile) {
+    using T = typename decltype(type)::type;
+    using Tile = typename decltype(tile)::type;
+    decode_attention_kernel<T, Tile>
+        <<<grid_1d(blocks, "cuda_decode attention"), Tile::kThreads, Tile::kSmemBytes, stream>>>(p, a);
+    FA_CUDA_CHECK_LAUNCH("cuda_decode attention");
+  });
+}
+
+}  // namespace flashattn::detail::cuda::decode

@@ -1,0 +1,46 @@
+#pragma once
+
+// Host-side entry points of the cuda_decode backend's kernels: append + rotary (append_rotary.cu), the
+// split-KV attention (attention_d*.cu, one file per head-dim bucket) and the split combine (combine.cu).
+// decode_backend.cpp sequences them on the call's stream. docs/decode.md describes the algorithm.
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "api/problem.h"
+#include "cuda/decode/decode_tile.h"
+
+namespace flashattn::detail::cuda::decode {
+
+// What the launch code and the split heuristic need to know about one attention instantiation.
+struct KernelShape {
+  int rows = 0;     // packed query rows per block
+  int block_n = 0;  // keys per K/V tile
+  int threads = 0;
+  size_t smem = 0;
+  int blocks_per_sm = 0;  // resident blocks per SM on the device (occupancy)
+};
+
+// Opts the attention kernel of (dtype, head-dim bucket, row shape) into its shared memory on `device`
+// (the current device) and reads its occupancy; both once per device. Must precede launch_attention.
+KernelShape prepare_attention(DType dtype, int bucket, RowShape shape, int device);
+void launch_attention(DType dtype, int bucket, RowShape shape, const KVCacheProblem& p, const DecodeArgs& a,
+                      int64_t blocks, cudaStream_t stream);
+
+// The per-bucket halves of the two functions above.
+template <int kHeadDim>
+KernelShape prepare_attention_for(DType dtype, RowShape shape, int device);
+template <int kHeadDim>
+void launch_attention_for(DType dtype, RowShape shape, const KVCacheProblem& p, const DecodeArgs& a, int64_t blocks,
+                          cudaStream_t stream);
+
+// Writes k_new/v_new (k rotated) into the cache at positions cache_seqlens[b] + t and, when q_rot is
+// not null, q rotated into q_rot, a contiguous (batch, seqlen_q, heads, head_dim) buffer.
+void launch_append_rotary(const KVCacheProblem& p, void* q_rot, cudaStream_t stream);
+
+// Merges a.num_splits partials (DecodeArgs::part_out/part_lse) into out and LSE.
+void launch_combine(const KVCacheProblem& p, const DecodeArgs& a, cudaStream_t stream);
+
+}  // namespace flashattn::detail::cuda::decode

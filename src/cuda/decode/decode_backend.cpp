@@ -1,0 +1,209 @@
+// cuda_decode: forward_kvcache on the GPU (docs/decode.md). The call runs as up to three kernels on
+// the caller's stream, with no host synchronisation and no host read of device memory, so it can be
+// captured into a CUDA graph:
+//   1. append + rotary (when k_new is given or rotary is on): new k/v into the cache, rotated q into a
+//      workspace;
+//   2. the split-KV attention with GQA packing (tensor cores);
+//   3. the combine of the splits (when more than one).
+// Grids depend only on shapes and the cache capacity; sequence lengths are read on the device.
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <numbers>
+#include <string>
+#include <utility>
+
+#include "api/backends.h"
+#include "cuda/common/check.h"
+#include "cuda/common/device_guard.h"
+#include "cuda/common/launch.h"
+#include "cuda/common/workspace.h"
+#include "cuda/decode/decode.h"
+#include "cuda/decode/decode_tile.h"
+#include "cuda/decode/split_heuristic.h"
+
+namespace flashattn::detail::cuda::decode {
+
+KernelShape prepare_attention(DType dtype, int bucket, RowShape shape, int device) {
+  switch (bucket) {
+    case 64:
+      return prepare_attention_for<64>(dtype, shape, device);
+    case 128:
+      return prepare_attention_for<128>(dtype, shape, device);
+    case 256:
+      return prepare_attention_for<256>(dtype, shape, device);
+    default:
+      throw Error(Status::internal, "flashattn: cuda_decode: no head-dim bucket " + std::to_string(bucket));
+  }
+}
+
+void launch_attention(DType dtype, int bucket, RowShape shape, const KVCacheProblem& p, const DecodeArgs& a,
+                      int64_t blocks, cudaStream_t stream) {
+  switch (bucket) {
+    case 64:
+      return launch_attention_for<64>(dtype, shape, p, a, blocks, stream);
+    case 128:
+      return launch_attention_for<128>(dtype, shape, p, a, blocks, stream);
+    case 256:
+      return launch_attention_for<256>(dtype, shape, p, a, blocks, stream);
+    default:
+      throw Error(Status::internal, "flashattn: cuda_decode: no head-dim bucket " + std::to_string(bucket));
+  }
+}
+
+namespace {
+
+// Largest cache position (and key index) the kernels handle in 32-bit arithmetic, with a tile of slack.
+constexpr int64_t kMaxPositions = (int64_t(1) << 31) - 129;
+
+int sm_count(int device) {
+  static std::mutex mutex;
+  static std::map<int, int> counts;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = counts.find(device);
+  if (it == counts.end()) {
+    int n = 0;
+    FA_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+    it = counts.emplace(device, n).first;
+  }
+  return it->second;
+}
+
+// 16-byte aligned rows: the pointer and the stride of every dimension of extent > 1 (a size-1
+// dimension's stride is never used, and frameworks leave it arbitrary) are multiples of 16 bytes.
+bool aligned16(const void* ptr, std::initializer_list<std::pair<int64_t, int64_t>> extent_stride) {
+  if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return false;
+  for (const auto& [extent, stride] : extent_stride)
+    if (extent > 1 && (stride * 2) % 16 != 0) return false;
+  return true;
+}
+
+std::string alignment_reason(const char* name) {
+  return std::string(name) +
+         " is not 16-byte aligned (data pointer and batch/row/head strides must be multiples of 8 elements)";
+}
+
+int64_t packed_rows(const KVCacheProblem& p) { return p.seqlen_q * p.group_size(); }
+
+std::string supports(const KVCacheProblem& p) {
+  if (p.dtype != DType::f16 && p.dtype != DType::bf16)
+    return std::string("dtype ") + dtype_name(p.dtype) + " (the tensor-core decode kernels take f16 and bf16)";
+  if (p.head_dim % 8 != 0 || p.head_dim > 256)
+    return "head_dim " + std::to_string(p.head_dim) + " (multiples of 8 up to 256)";
+  const CacheView& c = p.cache;
+  const int64_t cache_rows = c.paged() ? c.num_blocks : c.batches;
+  const int64_t row_extent = c.paged() ? c.page_size : c.capacity;
+  if (!aligned16(c.k, {{cache_rows, c.k_batch_stride}, {row_extent, c.k_row_stride}, {p.heads_k, c.k_head_stride}}))
+    return alignment_reason("k_cache");
+  if (!aligned16(c.v, {{cache_rows, c.v_batch_stride}, {row_extent, c.v_row_stride}, {p.heads_k, c.v_head_stride}}))
+    return alignment_reason("v_cache");
+  // With rotary the kernel reads the rotated copy of q (aligned workspace) instead of q itself.
+  if (p.rotary.cos == nullptr &&
+      !aligned16(p.q.ptr, {{p.batch, p.q.batch_stride}, {p.seqlen_q, p.q.row_stride}, {p.heads, p.q.head_stride}}))
+    return alignment_reason("q");
+  if (!aligned16(p.out.ptr,
+                 {{p.batch, p.out.batch_stride}, {p.seqlen_q, p.out.row_stride}, {p.heads, p.out.head_stride}}))
+    return alignment_reason("out");
+  if (c.capacity > kMaxPositions || c.page_size > kMaxPositions)
+    return "cache capacity " + std::to_string(c.capacity) + " positions, page_size " + std::to_string(c.page_size) +
+           " (each at most " + std::to_string(kMaxPositions) + ")";
+  if (packed_rows(p) > kMaxPositions)
+    return "seqlen_q * heads / heads_k = " + std::to_string(packed_rows(p)) + " (at most " +
+           std::to_string(kMaxPositions) + ")";
+  const int64_t append_rows = p.batch * (p.seqlen_new * p.heads_k + p.seqlen_q * p.heads);
+  if (append_rows > kMaxPositions)
+    return "batch * (seqlen_new * heads_k + seqlen_q * heads) = " + std::to_string(append_rows) +
+           " rows to append or rotate (at most " + std::to_string(kMaxPositions) + ")";
+  const RowShape shape = row_shape(packed_rows(p));
+  const size_t smem = decode_smem_bytes(head_dim_bucket(p.head_dim), shape);
+  const size_t limit = max_smem_optin(p.device.index);
+  if (smem > limit)
+    return "needs " + std::to_string(smem) + " bytes of shared memory per block, the device allows " +
+           std::to_string(limit);
+  const int64_t row_tiles = ceil_div(packed_rows(p), 16 * row_warps(shape));
+  if (p.batch * p.heads_k * row_tiles > kMaxGridX / kMaxSplits)
+    return "batch * heads_k * query row tiles = " + std::to_string(p.batch * p.heads_k * row_tiles) +
+           " blocks times up to " + std::to_string(kMaxSplits) + " splits exceeds the grid limit";
+  return {};
+}
+
+// Upper bound of the keys one block attends, from what the host knows.
+int64_t max_keys(const KVCacheProblem& p) {
+  int64_t keys = p.cache_seqlens ? p.cache.capacity : p.cache_seqlens_scalar + p.seqlen_new;
+  const ScoreParams& s = p.score;
+  if (s.window_left >= 0 && s.window_right >= 0) keys = std::min(keys, s.window_left + s.window_right + p.seqlen_q);
+  return keys;
+}
+
+size_t round_up_256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+void run(const KVCacheProblem& p, Stream stream) {
+  if (p.batch == 0) return;
+  DeviceGuard guard(p.device);
+  const cudaStream_t st = static_cast<cudaStream_t>(stream);
+  const int device = p.device.index;
+  const bool rotary = p.rotary.cos != nullptr;
+  const int64_t rows = packed_rows(p);
+  const int bucket = head_dim_bucket(p.head_dim);
+  const RowShape shape = row_shape(rows);
+  const KernelShape ks = prepare_attention(p.dtype, bucket, shape, device);
+
+  DecodeArgs a;
+  a.group = int(p.group_size());
+  a.rows = int(rows);
+  a.row_tiles = int(ceil_div(rows, ks.rows));
+  a.scale_log2 = float(double(p.score.softmax_scale) * std::numbers::log2e);
+  a.score_mod = p.score.softcap > 0.0f || p.score.alibi_slopes != nullptr;
+  a.page = make_fast_divmod(p.cache.paged() ? uint32_t(p.cache.page_size) : 1u);
+  SplitInputs si;
+  si.blocks = p.batch * p.heads_k * a.row_tiles;
+  si.max_keys = max_keys(p);
+  si.block_n = ks.block_n;
+  si.rows = std::min<int64_t>(rows, ks.rows);
+  si.sm_count = sm_count(device);
+  si.blocks_per_sm = ks.blocks_per_sm;
+  si.requested = p.num_splits;
+  a.num_splits = choose_num_splits(si);
+
+  // Workspace: [rotated q][split LSEs][split outputs], each part 256-byte aligned.
+  const size_t q_rot_bytes = rotary ? round_up_256(size_t(p.batch * p.seqlen_q * p.heads * p.head_dim) * 2) : 0;
+  const size_t part_rows = a.num_splits > 1 ? size_t(a.num_splits) * size_t(p.batch * p.heads_k * rows) : 0;
+  const size_t lse_bytes = round_up_256(part_rows * sizeof(float));
+  const size_t out_bytes = part_rows * size_t(p.head_dim) * sizeof(float);
+  Workspace ws(q_rot_bytes + lse_bytes + out_bytes, st);
+  unsigned char* base = ws.as<unsigned char>();
+  if (reinterpret_cast<uintptr_t>(base) % 256 != 0)  // the 16-byte loads of q_rot and the partials rely on it
+    throw Error(Status::internal, "flashattn: cuda_decode: workspace not 256-byte aligned");
+  void* q_rot = rotary ? base : nullptr;
+  if (part_rows > 0) {
+    a.part_lse = reinterpret_cast<float*>(base + q_rot_bytes);
+    a.part_out = reinterpret_cast<float*>(base + q_rot_bytes + lse_bytes);
+  }
+
+  launch_append_rotary(p, q_rot, st);  // a no-op without new tokens and rotary
+  if (rows == 0) return;
+  KVCacheProblem pa = p;
+  if (rotary) pa.q = RowsView{q_rot, p.seqlen_q * p.heads * p.head_dim, p.heads * p.head_dim, p.head_dim};
+  launch_attention(p.dtype, bucket, shape, pa, a, si.blocks * a.num_splits, st);
+  if (a.num_splits > 1) launch_combine(pa, a, st);
+}
+
+}  // namespace
+
+}  // namespace flashattn::detail::cuda::decode
+
+namespace flashattn::detail {
+
+const Backend& cuda_decode_backend() {
+  static const Backend b{.name = "cuda_decode",
+                         .device = DeviceType::cuda,
+                         .supports_kvcache = cuda::decode::supports,
+                         .run_kvcache = cuda::decode::run};
+  return b;
+}
+
+}  // namespace flashattn::detail

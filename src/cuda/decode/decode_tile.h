@@ -1,0 +1,106 @@
+#pragma once
+
+// Tile shapes of the decode attention kernel and the per-call arguments it reads besides the problem.
+//
+// GQA packing: the queries of one (sequence, kv head) form one matrix of rows = seqlen_q * group rows,
+// row r = i * group + g being query token i of head hk * group + g. A block takes kRows of those rows and
+// streams the kv head's keys once for all of them. Its warps form a kRowWarps x kKeyWarps grid: row warp
+// rw owns rows [16 rw, 16 rw + 16) (one mma.m16n8k16 row tile), key warp kw owns keys
+// [kw * kWarpKeys, (kw + 1) * kWarpKeys) of every K/V tile and keeps its own online-softmax state; the
+// key warps of a row are merged once, in the epilogue. Three shapes cover the row counts:
+//   small  (1 x 4): rows <= 16  (decode with GQA group <= 16): the 4 warps split the keys instead of
+//                   idling on padding rows;
+//   medium (4 x 1): rows <= 64;
+//   large  (8 x 1): rows <= 128 (e.g. 16 query tokens x group 8); more rows take several row tiles.
+// This header is plain C++: the host reads the same constants to size shared memory and workspaces.
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/decode/fast_divmod.h"
+
+namespace flashattn::detail::cuda::decode {
+
+enum class RowShape { small, medium, large };
+
+// The shape for `rows` packed query rows.
+constexpr RowShape row_shape(int64_t rows) {
+  return rows <= 16 ? RowShape::small : rows <= 64 ? RowShape::medium : RowShape::large;
+}
+
+constexpr int row_warps(RowShape s) { return s == RowShape::small ? 1 : s == RowShape::medium ? 4 : 8; }
+constexpr int key_warps(RowShape s) { return s == RowShape::small ? 4 : 1; }
+
+// Head dims are padded to one of three buckets (the padding is zero-filled and never stored).
+constexpr int head_dim_bucket(int64_t head_dim) { return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256; }
+
+template <int kHeadDim_, int kRowWarps_, int kKeyWarps_>
+struct DecodeTile {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kRowWarps = kRowWarps_;
+  static constexpr int kKeyWarps = kKeyWarps_;
+  static constexpr int kWarps = kRowWarps * kKeyWarps;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kRows = 16 * kRowWarps;
+  // Keys per K/V tile: 64, except 32 for head dim 256 when one warp covers the whole tile (its S
+  // fragment then holds 16 floats instead of 32 next to a 128-float accumulator: no spills).
+  static constexpr int kBlockN = (kHeadDim == 256 && kKeyWarps == 1) ? 32 : 64;
+  static constexpr int kWarpKeys = kBlockN / kKeyWarps;
+  static constexpr int kChunks = kHeadDim / 8;           // 16-byte chunks of a 16-bit row
+  static constexpr int kTileElems = kBlockN * kHeadDim;  // one K or one V tile
+  static constexpr int kTileBytes = 2 * kTileElems * 2;  // K + V, 16-bit elements
+  // Pipeline depth: about 96 KB of K/V per block, of which kStages - 1 tiles are in flight while one is
+  // consumed: 64 KB in flight at head dim 128, above the ~36 KB per SM that covers HBM latency at full
+  // bandwidth on an H200 (4.8 TB/s x ~1 us / 132 SMs).
+  static constexpr int kStages = 98304 / kTileBytes < 2 ? 2 : 98304 / kTileBytes > 4 ? 4 : 98304 / kTileBytes;
+  static constexpr int kQElems = kRows * kHeadDim;
+  // Epilogue staging (overlays Q and K/V once the main loop is done): per key warp, the unnormalised
+  // output rows in fp32 with a row stride padded by 8 floats (float2 stores of a warp spread over all
+  // banks), then the running max and sum of every row.
+  static constexpr int kOStride = kHeadDim + 8;
+  static constexpr size_t kMainBytes = size_t(kQElems) * 2 + size_t(kStages) * kTileBytes;
+  static constexpr size_t kStageOBytes = size_t(kKeyWarps) * kRows * kOStride * 4;
+  static constexpr size_t kStatBytes = size_t(kKeyWarps) * kRows * 4;  // one of m, l
+  static constexpr size_t kEpilogueBytes = kStageOBytes + 2 * kStatBytes;
+  static constexpr size_t kSmemBytes = kMainBytes > kEpilogueBytes ? kMainBytes : kEpilogueBytes;
+
+  static_assert(kWarpKeys % 16 == 0, "a key warp takes whole k-steps (16 keys) of the P.V product");
+  static_assert(kChunks % 8 == 0, "the XOR swizzle permutes groups of 8 chunks (head dim >= 64)");
+  static_assert(kThreads % kChunks == 0 && kBlockN % (kThreads / kChunks) == 0,
+                "the tile loader covers whole rows and the tile in whole passes");
+  static_assert(kHeadDim % 16 == 0, "k-steps of 16 dims");
+};
+
+// Shared memory of the kernel for a head-dim bucket and row shape (host side: supports and launch).
+template <int kHeadDim>
+constexpr size_t decode_smem_bytes(RowShape s) {
+  return s == RowShape::small    ? DecodeTile<kHeadDim, 1, 4>::kSmemBytes
+         : s == RowShape::medium ? DecodeTile<kHeadDim, 4, 1>::kSmemBytes
+                                 : DecodeTile<kHeadDim, 8, 1>::kSmemBytes;
+}
+
+constexpr size_t decode_smem_bytes(int bucket, RowShape s) {
+  return bucket == 64    ? decode_smem_bytes<64>(s)
+         : bucket == 128 ? decode_smem_bytes<128>(s)
+                         : decode_smem_bytes<256>(s);
+}
+
+// The most splits of one (sequence, kv head): bounds the combine kernel's per-warp weight table.
+inline constexpr int kMaxSplits = 128;
+
+// Per-call arguments of the attention and combine kernels, built on the host.
+struct DecodeArgs {
+  int group = 1;            // query heads per kv head
+  int rows = 0;             // packed query rows per kv head: seqlen_q * group
+  int row_tiles = 1;        // ceil(rows / kRows)
+  int num_splits = 1;       // splits of the key range; 1 writes out/LSE directly
+  float scale_log2 = 0.0f;  // softmax_scale * log2(e): logits in base-2 units when no score mod is on
+  bool score_mod = false;   // softcap or ALiBi: logits go through common/score.h's ScoreMod
+  FastDivmod page;          // page_size of a paged cache
+  // Split partials (num_splits > 1): out normalised per split, fp32 (num_splits, B, Hk, rows, head_dim),
+  // and the split's natural-log LSE (num_splits, B, Hk, rows); -inf for a split with no visible key.
+  float* part_out = nullptr;
+  float* part_lse = nullptr;
+};
+
+}  // namespace flashattn::detail::cuda::decode

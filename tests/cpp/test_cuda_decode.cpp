@@ -1,0 +1,345 @@
+// cuda_decode beyond the shared KV-cache catalogue (test_backend_kvcache.cpp): CUDA graph capture and
+// replay, split counts, long contexts, multi-token GQA, page sizes and every (head-dim bucket, row shape)
+// kernel, each against the fp64 oracle of kvcache_case.h; plus host-side checks of the page-size
+// division and the split heuristic, which need no GPU.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "criterion.h"
+#include "kvcache_case.h"
+
+#if defined(FLASHATTN_WITH_CUDA)
+#include <cuda_runtime_api.h>
+
+#include "cuda/decode/decode_tile.h"
+#include "cuda/decode/fast_divmod.h"
+#include "cuda/decode/split_heuristic.h"
+#endif
+
+namespace fa_test {
+namespace {
+
+#if defined(FLASHATTN_WITH_CUDA)
+
+namespace dec = flashattn::detail::cuda::decode;
+
+TEST(CudaDecodeHost, FastDivmodMatchesDivision) {
+  std::vector<uint32_t> numerators;
+  for (uint32_t n = 0; n < 4096; ++n) numerators.push_back(n);
+  for (uint32_t k = 0; k < 4096; ++k) numerators.push_back((1u << 31) - 1 - k);
+  std::mt19937 rng(5);
+  for (int k = 0; k < 20000; ++k) numerators.push_back(rng() >> 1);
+  std::vector<uint32_t> divisors;
+  for (uint32_t d = 1; d <= 300; ++d) divisors.push_back(d);
+  for (uint32_t d : {511u, 512u, 513u, 1000u, 4096u, 65535u, 65536u, 1u << 20, 3u << 29, (1u << 31) - 1})
+    divisors.push_back(d);
+  for (uint32_t d : divisors) {
+    const dec::FastDivmod f = dec::make_fast_divmod(d);
+    for (uint32_t n : numerators) {
+      uint32_t q = 0, r = 0;
+      f.divmod(n, &q, &r);
+      if (q != n / d || r != n % d) {
+        ADD_FAILURE() << n << " divmod " << d << " gave (" << q << ", " << r << "), expected (" << n / d << ", "
+                      << n % d << ")";
+        return;
+      }
+    }
+  }
+}
+
+TEST(CudaDecodeHost, SplitHeuristic) {
+  dec::SplitInputs in;
+  in.block_n = 64;
+  in.rows = 4;
+  in.sm_count = 132;
+  in.blocks_per_sm = 2;
+  in.blocks = 8;  // batch 1, 8 kv heads
+  in.max_keys = 32768;
+  // one wave of resident blocks: 132 * 2 / 8 = 33 splits
+  EXPECT_EQ(dec::choose_num_splits(in), 33);
+  // a short context: at least block_n keys per split, 1024 / 64 = 16
+  in.max_keys = 1024;
+  EXPECT_EQ(dec::choose_num_splits(in), 16);
+  // 128 packed rows need 128 keys per split: 1024 / 128 = 8
+  in.rows = 128;
+  EXPECT_EQ(dec::choose_num_splits(in), 8);
+  // no keys at all still runs one split
+  in.max_keys = 0;
+  EXPECT_EQ(dec::choose_num_splits(in), 1);
+  // blocks that fill every resident slot are not split; half of them are split in two
+  in.rows = 4;
+  in.max_keys = 32768;
+  in.blocks = 265;
+  EXPECT_EQ(dec::choose_num_splits(in), 1);
+  in.blocks = 132;
+  EXPECT_EQ(dec::choose_num_splits(in), 2);
+  // at most kMaxSplits
+  in.blocks = 1;
+  EXPECT_EQ(dec::choose_num_splits(in), dec::kMaxSplits);
+  // an explicit request wins, clamped to kMaxSplits
+  in.requested = 7;
+  EXPECT_EQ(dec::choose_num_splits(in), 7);
+  in.requested = 1000;
+  EXPECT_EQ(dec::choose_num_splits(in), dec::kMaxSplits);
+}
+
+#define FA_SKIP_WITHOUT_GPU() \
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible: cuda_decode not run"
+
+void cuda_ok(cudaError_t err, const char* what) {
+  ASSERT_EQ(err, cudaSuccess) << what << ": " << cudaGetErrorString(err);
+}
+
+// The cache after the call: exactly the reference's, within one unit of rounding where rotary rotated
+// the new keys (the rotation may round differently).
+testing::AssertionResult caches_match(const char* what, const HostTensor& got, const HostTensor& ref, bool rotary) {
+  const double eps = got.dtype() == DType::bf16 ? std::ldexp(1.0, -7) : std::ldexp(1.0, -10);
+  for (int64_t i = 0; i < ref.numel(); ++i) {
+    const double g = got.get(i), r = ref.get(i);
+    const double tol = rotary ? eps * std::max(1.0, std::fabs(r)) : 0.0;
+    if (!(std::fabs(g - r) <= tol))
+      return testing::AssertionFailure() << what << "[" << i << "] = " << g << ", reference " << r;
+  }
+  return testing::AssertionSuccess();
+}
+
+void expect_outputs_match(const KVConfig& cfg, const KVOutputs& got, const KVOracle& oracle) {
+  EXPECT_TRUE(within_criterion("out", got.out, oracle.out, oracle.naive_out, cfg.dtype)) << cfg.name();
+  EXPECT_TRUE(within_criterion("softmax_lse", got.lse, oracle.lse, oracle.naive_lse, DType::f32)) << cfg.name();
+  EXPECT_TRUE(caches_match("k_cache", got.k_cache, oracle.appended.k_cache, cfg.rotary_dim > 0)) << cfg.name();
+  EXPECT_TRUE(caches_match("v_cache", got.v_cache, oracle.appended.v_cache, false)) << cfg.name();
+}
+
+void expect_matches_oracle(const KVConfig& cfg, uint64_t seed) {
+  const KVInputs in = make_kv_inputs(cfg, seed);
+  const KVOracle oracle = kv_oracle(in);
+  expect_outputs_match(cfg, run_kvcache(in, "cuda_decode", Device::cuda(0)), oracle);
+}
+
+KVConfig decode_config(int64_t heads, int64_t heads_k, int64_t head_dim, int64_t seqlen_q, int64_t capacity,
+                       std::vector<int64_t> cache_seqlens) {
+  KVConfig c;
+  c.dtype = DType::bf16;
+  c.batch = int64_t(cache_seqlens.size());
+  c.heads = heads;
+  c.heads_k = heads_k;
+  c.head_dim = head_dim;
+  c.seqlen_q = seqlen_q;
+  c.seqlen_new = seqlen_q;
+  c.causal = seqlen_q > 1;
+  c.capacity = capacity;
+  c.cache_seqlens = std::move(cache_seqlens);
+  return c;
+}
+
+TEST(CudaDecode, SplitCountsAgreeWithReference) {
+  FA_SKIP_WITHOUT_GPU();
+  KVConfig cfg = decode_config(32, 8, 128, 1, 4096, {4000, 1234});
+  const KVInputs in = make_kv_inputs(cfg, 11);
+  const KVOracle oracle = kv_oracle(in);
+  for (int splits : {1, 2, 3, 8, 33, 128}) {
+    KVInputs run = in;
+    run.cfg.num_splits = splits;
+    expect_outputs_match(run.cfg, run_kvcache(run, "cuda_decode", Device::cuda(0)), oracle);
+  }
+}
+
+TEST(CudaDecode, SplitsWithWindowAlibiSoftcap) {
+  FA_SKIP_WITHOUT_GPU();
+  KVConfig cfg = decode_config(16, 4, 128, 4, 2048, {1900, 30, 700});
+  cfg.window_left = 300;
+  cfg.window_right = 0;
+  for (int splits : {1, 4}) {
+    cfg.num_splits = splits;
+    expect_matches_oracle(cfg, 12);
+  }
+  cfg.window_left = -1;
+  cfg.alibi = true;
+  cfg.softcap = 30.0f;
+  for (int splits : {1, 5}) {
+    cfg.num_splits = splits;
+    expect_matches_oracle(cfg, 13);
+  }
+}
+
+TEST(CudaDecode, LongContextOneHeadGroup) {
+  FA_SKIP_WITHOUT_GPU();
+  // 1 x 32k, one kv head with 8 query heads (chosen splits: the maximum, 128)
+  expect_matches_oracle(decode_config(8, 1, 128, 1, 32768, {32767}), 14);
+  // 16 query tokens appended at the end of a 32k context: 128 packed rows
+  KVConfig multi = decode_config(8, 1, 128, 16, 32768, {32768 - 16});
+  multi.dtype = DType::f16;
+  expect_matches_oracle(multi, 15);
+}
+
+TEST(CudaDecode, MultiTokenGqa) {
+  FA_SKIP_WITHOUT_GPU();
+  for (int64_t sq : {8, 16})
+    for (int64_t heads : {32, 64}) {
+      KVConfig cfg = decode_config(heads, 8, 128, sq, 1024, {900, 257});
+      if (sq == 16) {
+        cfg.rotary_dim = 128;
+        cfg.rotary_interleaved = false;
+      }
+      expect_matches_oracle(cfg, 16 + uint64_t(sq + heads));
+    }
+}
+
+TEST(CudaDecode, PageSizes) {
+  FA_SKIP_WITHOUT_GPU();
+  for (int64_t page : {1, 16, 256}) {
+    KVConfig cfg = decode_config(32, 8, 128, 2, 1024, {1000, 0, 513});
+    cfg.page_size = page;
+    expect_matches_oracle(cfg, 20 + uint64_t(page));
+    cfg.leftpad = true;
+    cfg.seqlen_q = 1;
+    cfg.seqlen_new = 1;
+    cfg.causal = false;
+    expect_matches_oracle(cfg, 30 + uint64_t(page));
+  }
+}
+
+// Every (head-dim bucket, row shape) instantiation: rows = seqlen_q * group = 4 (small), 32 (medium),
+// 128 (large) and 256 (two large row tiles); odd head dims inside each bucket.
+TEST(CudaDecode, EveryKernelShape) {
+  FA_SKIP_WITHOUT_GPU();
+  for (int64_t head_dim : {40, 64, 96, 128, 200, 256})
+    for (auto [sq, heads] : {std::pair<int64_t, int64_t>{1, 32}, {8, 32}, {16, 64}, {32, 64}}) {
+      if (sq == 32 && head_dim != 128 && head_dim != 256) continue;
+      KVConfig cfg = decode_config(heads, 8, head_dim, sq, 512, {300, 77});
+      cfg.dtype = head_dim == 128 ? DType::f16 : DType::bf16;
+      expect_matches_oracle(cfg, 40 + uint64_t(head_dim + sq));
+    }
+}
+
+// Device buffers of one call and the KVCacheParams pointing at them (as run_kvcache, but kept alive so
+// that a captured graph can be replayed on them).
+struct DeviceCall {
+  DeviceTensor q, k_cache, v_cache, k_new, v_new, cos, sin, lens, table, out, lse;
+  flashattn::KVCacheParams params;
+
+  explicit DeviceCall(const KVInputs& in) {
+    const Device d = Device::cuda(0);
+    const KVConfig& c = in.cfg;
+    q = DeviceTensor(in.q, d);
+    k_cache = DeviceTensor(in.k_cache, d);
+    v_cache = DeviceTensor(in.v_cache, d);
+    k_new = DeviceTensor(in.k_new, d);
+    v_new = DeviceTensor(in.v_new, d);
+    cos = DeviceTensor(in.rotary_cos, d);
+    sin = DeviceTensor(in.rotary_sin, d);
+    lens = DeviceTensor(in.cache_seqlens, d);
+    table = DeviceTensor(in.block_table, d);
+    HostTensor o(c.dtype, in.q.shape()), l(DType::f32, {c.batch, c.heads, c.seqlen_q});
+    o.poison();
+    l.poison();
+    out = DeviceTensor(o, d);
+    lse = DeviceTensor(l, d);
+    params.q = q.view();
+    params.k_cache = k_cache.view();
+    params.v_cache = v_cache.view();
+    params.k_new = k_new.view();
+    params.v_new = v_new.view();
+    params.rotary_cos = cos.view();
+    params.rotary_sin = sin.view();
+    params.rotary_interleaved = c.rotary_interleaved;
+    params.cache_seqlens = lens.view();
+    params.block_table = table.view();
+    params.out = out.view();
+    params.softmax_lse = lse.view();
+    params.options.causal = c.causal;
+    params.options.backend = "cuda_decode";
+  }
+
+  // NaN into out and LSE (0xFF bytes), so a replay that writes nothing cannot pass.
+  void poison(cudaStream_t stream, const KVInputs& in) {
+    cuda_ok(cudaMemsetAsync(out.view().data, 0xFF, in.q.nbytes(), stream), "poison out");
+    cuda_ok(cudaMemsetAsync(lse.view().data, 0xFF, size_t(in.cfg.batch * in.cfg.heads * in.cfg.seqlen_q) * 4, stream),
+            "poison lse");
+  }
+
+  KVOutputs download() const {
+    return KVOutputs{out.download(), lse.download(), k_cache.download(), v_cache.download()};
+  }
+};
+
+bool same_bytes(const HostTensor& a, const HostTensor& b) {
+  return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
+}
+
+TEST(CudaDecode, GraphCaptureReplayMatchesDirectCall) {
+  FA_SKIP_WITHOUT_GPU();
+  // A paged decode step with 2 new tokens, rotary (NeoX, partial) and causal: all three kernels and the
+  // workspace (rotated q, split partials) run inside the graph.
+  KVConfig cfg = decode_config(32, 8, 128, 2, 2048, {1500, 3, 800, 2000 - 2});
+  cfg.page_size = 16;
+  cfg.rotary_dim = 64;
+  cfg.rotary_interleaved = false;
+  const KVInputs in = make_kv_inputs(cfg, 50);
+  DeviceCall call(in);
+  cudaStream_t stream = nullptr;
+  cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+
+  flashattn::forward_kvcache(call.params, stream);
+  cuda_ok(cudaStreamSynchronize(stream), "direct call");
+  const KVOutputs direct = call.download();
+
+  cudaGraph_t graph = nullptr;
+  cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
+  try {
+    flashattn::forward_kvcache(call.params, stream);
+  } catch (const flashattn::Error& e) {
+    cudaStreamEndCapture(stream, &graph);
+    if (graph) cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+    FAIL() << "forward_kvcache during capture: " << e.what();
+  }
+  cuda_ok(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+  cudaGraphExec_t exec = nullptr;
+  cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+
+  // Replay: the append rewrites the same positions with the same values, the outputs come out the same.
+  call.poison(stream, in);
+  cuda_ok(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+  cuda_ok(cudaStreamSynchronize(stream), "replay");
+  const KVOutputs replay = call.download();
+  EXPECT_TRUE(same_bytes(replay.out, direct.out));
+  EXPECT_TRUE(same_bytes(replay.lse, direct.lse));
+  EXPECT_TRUE(same_bytes(replay.k_cache, direct.k_cache));
+  EXPECT_TRUE(same_bytes(replay.v_cache, direct.v_cache));
+  expect_outputs_match(cfg, direct, kv_oracle(in));
+
+  // New lengths written to the device between replays: the graph reads them on the device.
+  const std::vector<int64_t> lens = {700, 2046, 0, 64};
+  KVInputs next = in;
+  next.cfg.cache_seqlens = lens;
+  next.cache_seqlens = i32_tensor(std::vector<int32_t>(lens.begin(), lens.end()));
+  next.k_cache = direct.k_cache;
+  next.v_cache = direct.v_cache;
+  cuda_ok(cudaMemcpyAsync(call.lens.view().data, next.cache_seqlens.data(), next.cache_seqlens.nbytes(),
+                          cudaMemcpyHostToDevice, stream),
+          "new cache_seqlens");
+  call.poison(stream, in);
+  cuda_ok(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+  cuda_ok(cudaStreamSynchronize(stream), "replay with new lengths");
+  expect_outputs_match(next.cfg, call.download(), kv_oracle(next));
+
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+#else
+
+TEST(CudaDecode, NotBuilt) { GTEST_SKIP() << "built without CUDA: cuda_decode not compiled"; }
+
+#endif
+
+}  // namespace
+}  // namespace fa_test
