@@ -1,0 +1,157 @@
+// Tiled FlashAttention-2 forward for one tile of packed query rows (FlashAttention-2, Dao 2023, Alg. 1):
+// the rows' Q^T is packed once, then for each K/V tile of their visible key range
+//   S^T = K Q^T  ->  online softmax (max, exp2, sum; mask only on boundary tiles)  ->  O^T = a O^T + V^T P^T
+// with query rows in vector lanes throughout (see microkernel.h for the layouts).
+
+#include <algorithm>
+
+#include "cpu/flash/convert_tile.h"
+#include "cpu/flash/engines.h"
+#include "cpu/flash/microkernel.h"
+#include "cpu/flash/online_softmax.h"
+#include "cpu/flash/row_lanes.h"
+#include "cpu/flash/scratch.h"
+
+namespace flashattn::detail::cpu_flash {
+
+namespace {
+
+struct TiledScratch {
+  float* qt;  // Q^T: head_dim rows x q_rows columns
+  float* ot;  // O^T accumulator, same shape
+  float* st;  // S^T / P^T: k_rows x q_rows
+  float* kt;  // K tile: k_rows x head_dim (padded to whole strips)
+  float* vt;  // V tile, same
+  float* m;
+  float* l;
+  float* alpha;
+  float* lanes;
+  float* rows;  // 16 rows of head_dim (padded): one strip of queries or outputs, row-major
+  int64_t* k_off;
+  int64_t* v_off;
+};
+
+TiledScratch carve(const AttnCall& c, TileShape t, Carver& mem) {
+  const int64_t D = c.head_dim, Dp = strips_of(D) * kLanes, Br = t.q_rows, Bc = t.k_rows;
+  TiledScratch s;
+  s.qt = mem.take(D * Br);
+  s.ot = mem.take(D * Br);
+  s.st = mem.take(Bc * Br);
+  s.kt = mem.take(Bc * Dp);
+  s.vt = mem.take(Bc * Dp);
+  s.m = mem.take(Br);
+  s.l = mem.take(Br);
+  s.alpha = mem.take(Br);
+  s.lanes = mem.take(RowLanes::kArrays * Br);
+  s.rows = mem.take(kLanes * Dp);
+  s.k_off = mem.take_i64(Bc);
+  s.v_off = mem.take_i64(Bc);
+  return s;
+}
+
+// Q^T of the tile: each strip's 16 query rows are loaded (converted, rotated, scaled) row-major, then
+// transposed 16 x 16 at a time into the strip's columns.
+template <DType DT>
+void pack_queries(const AttnCall& c, const AttnSeq& s, const RowLanes& lanes, int64_t r0, float* rows, float* qt) {
+  const int64_t D = c.head_dim, Dp = strips_of(D) * kLanes, q_ss = D * kLanes;
+  for (int64_t k = 0; k < lanes.strips; ++k) {
+    for (int64_t l = 0; l < kLanes; ++l) {
+      const int64_t lane = k * kLanes + l, r = r0 + lane;
+      if (lane < lanes.n)
+        load_query<DT>(c, s, r / c.group, s.hk * c.group + r % c.group, rows + l * Dp);
+      else
+        std::fill(rows + l * Dp, rows + (l + 1) * Dp, 0.0f);
+    }
+    for (int64_t d0 = 0; d0 < D; d0 += kLanes) {
+      VecF block[kLanes];
+      for (int l = 0; l < kLanes; ++l) block[l] = load(rows + l * Dp + d0);
+      transpose16(block);
+      for (int64_t t = 0; t < std::min<int64_t>(kLanes, D - d0); ++t)
+        store(qt + k * q_ss + (d0 + t) * kLanes, block[t]);
+    }
+  }
+}
+
+// The inverse for the outputs: O^T strips transposed back to rows, normalised and stored with their LSE.
+template <DType DT>
+void write_outputs(const AttnCall& c, const AttnSeq& s, const RowLanes& lanes, int64_t r0, const float* ot,
+                   const float* m, const float* l, float* rows) {
+  const int64_t D = c.head_dim, Dp = strips_of(D) * kLanes, q_ss = D * kLanes;
+  for (int64_t k = 0; k < lanes.strips; ++k) {
+    for (int64_t d0 = 0; d0 < D; d0 += kLanes) {
+      VecF block[kLanes];
+      for (int64_t t = 0; t < kLanes; ++t) block[t] = d0 + t < D ? load(ot + k * q_ss + (d0 + t) * kLanes) : zeros();
+      transpose16(block);
+      for (int t = 0; t < kLanes; ++t) store(rows + t * Dp + d0, block[t]);
+    }
+    for (int64_t lane = k * kLanes; lane < std::min((k + 1) * kLanes, lanes.n); ++lane) {
+      const int64_t r = r0 + lane;
+      write_output_row<DT>(c, s, r / c.group, s.hk * c.group + r % c.group, rows + (lane - k * kLanes) * Dp, m[lane],
+                           l[lane]);
+    }
+  }
+}
+
+template <DType DT>
+void attend_tiled_impl(const AttnCall& c, const AttnSeq& s, TileShape t, int64_t r0, int64_t r1, float* scratch) {
+  const int64_t D = c.head_dim, Bc = t.k_rows;
+  Carver mem(scratch);
+  const TiledScratch w = carve(c, t, mem);
+  RowLanes lanes;
+  fill_lanes(c, s, r0, r1 - r0, w.lanes, lanes);
+  const int64_t strips = lanes.strips;
+  // Strip strides: Q^T and O^T have head_dim rows, S^T and the K/V tiles k_rows rows.
+  const int64_t q_ss = D * kLanes, kv_ss = Bc * kLanes;
+
+  pack_queries<DT>(c, s, lanes, r0, w.rows, w.qt);
+  std::fill(w.ot, w.ot + strips * q_ss, 0.0f);
+  std::fill(w.m, w.m + strips * kLanes, -INFINITY);
+  std::fill(w.l, w.l + strips * kLanes, 0.0f);
+
+  for (int64_t j0 = lanes.key_min; j0 < lanes.key_max; j0 += Bc) {
+    const int64_t bc = std::min(Bc, lanes.key_max - j0);
+    // Only the strips (16 rows) that see a key of the tile take part: under causal or window masks the
+    // rows before (or after) the band would compute scores only to mask them all.
+    StripLanes strip[kMaxStrips];
+    int64_t lo = strips, hi = 0;
+    for (int64_t k = 0; k < strips; ++k) {
+      strip[k] = strip_lanes(lanes, k, j0, j0 + bc);
+      if (!strip[k].none_visible) {
+        lo = std::min(lo, k);
+        hi = k + 1;
+      }
+    }
+    if (lo >= hi) continue;  // a tile between the bands of a sliding window
+
+    s.keys.offsets(j0, bc, w.k_off, w.v_off);
+    rows_to_strips<DT>(s.keys.k, w.k_off, bc, D, w.kt, kv_ss);
+    rows_to_strips<DT>(s.keys.v, w.v_off, bc, D, w.vt, kv_ss);
+
+    gemm<ALayout::rows, CInit::zero>(bc, hi - lo, D, w.kt, kv_ss, w.qt + lo * q_ss, q_ss, w.st + lo * kv_ss, kv_ss);
+    for (int64_t k = lo; k < hi; ++k) {
+      DropoutLanes drop = dropout_lanes(c.dropout);
+      const OnlineSoftmaxFn softmax = online_softmax_for(c.softcap(), c.alibi(), !strip[k].all_visible);
+      const VecF alpha = softmax(c, strip[k], j0, bc, w.st + k * kv_ss,
+                                 SoftmaxState{w.m + k * kLanes, w.l + k * kLanes}, c.dropout_on() ? &drop : nullptr);
+      store(w.alpha + k * kLanes, alpha);
+    }
+    gemm<ALayout::transposed, CInit::load_scaled>(D, hi - lo, bc, w.vt, kv_ss, w.st + lo * kv_ss, kv_ss,
+                                                  w.ot + lo * q_ss, q_ss, w.alpha + lo * kLanes);
+  }
+
+  write_outputs<DT>(c, s, lanes, r0, w.ot, w.m, w.l, w.rows);
+}
+
+}  // namespace
+
+int64_t tiled_scratch_floats(const AttnCall& c, TileShape t) {
+  Carver mem(nullptr);
+  carve(c, t, mem);
+  return mem.used();
+}
+
+void attend_tiled(const AttnCall& c, const AttnSeq& s, TileShape t, int64_t r0, int64_t r1, float* scratch) {
+  dispatch_dtype(c.dtype, [&](auto dt) { attend_tiled_impl<decltype(dt)::value>(c, s, t, r0, r1, scratch); });
+}
+
+}  // namespace flashattn::detail::cpu_flash

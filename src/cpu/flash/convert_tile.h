@@ -1,0 +1,124 @@
+#pragma once
+
+// Storage (f32 / f16 / bf16) to fp32, 16 elements at a time: the K/V tiles are converted once per tile
+// into fp32 strip tiles (microkernel.h) that every query row of the tile then reuses.
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "cpu/common/elem.h"
+#include "cpu/flash/tile_config.h"
+#include "cpu/flash/vec16.h"
+
+namespace flashattn::detail::cpu_flash {
+
+template <DType DT>
+using DTypeTag = std::integral_constant<DType, DT>;
+
+// Calls f(DTypeTag<dt>{}) so that the storage type becomes a compile-time constant of the loops inside.
+template <typename F>
+decltype(auto) dispatch_dtype(DType dt, F&& f) {
+  switch (dt) {
+    case DType::f16:
+      return f(DTypeTag<DType::f16>{});
+    case DType::bf16:
+      return f(DTypeTag<DType::bf16>{});
+    default:
+      return f(DTypeTag<DType::f32>{});  // validation admits only the three float types
+  }
+}
+
+// Elements [off, off + n) of a storage array as fp32 lanes 0..n-1 (n <= 16); the other lanes are 0.
+template <DType DT>
+FLASH_INLINE VecF load_n(const void* base, int64_t off, int n) {
+#if defined(FLASH_AVX512)
+  const __mmask16 m = __mmask16((1u << n) - 1u);
+  if constexpr (DT == DType::f32) {
+    return {_mm512_maskz_loadu_ps(m, static_cast<const float*>(base) + off)};
+  } else {
+    const __m256i h = _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(base) + off);
+    if constexpr (DT == DType::f16) return {_mm512_cvtph_ps(h)};
+    return {_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))};
+  }
+#else
+  VecF r = zeros();
+  for (int l = 0; l < n; ++l) r.v[l] = load_float(base, off + l, DT);
+  return r;
+#endif
+}
+
+// Elements [off, off + 16) as fp32.
+template <DType DT>
+FLASH_INLINE VecF load16(const void* base, int64_t off) {
+#if defined(FLASH_AVX512)
+  if constexpr (DT == DType::f32) {
+    return {_mm512_loadu_ps(static_cast<const float*>(base) + off)};
+  } else {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(base) + off));
+    if constexpr (DT == DType::f16) return {_mm512_cvtph_ps(h)};
+    return {_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))};
+  }
+#else
+  return load_n<DT>(base, off, kLanes);
+#endif
+}
+
+// fp32 lanes 0..n-1 to storage elements [off, off + n), rounded to nearest even (as common/convert.h).
+template <DType DT>
+FLASH_INLINE void store_n(void* base, int64_t off, VecF x, int n) {
+#if defined(FLASH_AVX512)
+  const __mmask16 m = __mmask16((1u << n) - 1u);
+  if constexpr (DT == DType::f32) {
+    _mm512_mask_storeu_ps(static_cast<float*>(base) + off, m, x.v);
+  } else {
+    __m256i h;
+    if constexpr (DT == DType::f16) {
+      h = _mm512_cvtps_ph(x.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    } else {
+      // bf16: add 0x7FFF plus the lowest kept bit, truncate; NaNs keep a set quiet bit instead.
+      const __m512i u = _mm512_castps_si512(x.v);
+      const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+      const __m512i rounded =
+          _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF))), 16);
+      const __mmask16 nan = _mm512_cmp_ps_mask(x.v, x.v, _CMP_UNORD_Q);
+      const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+      h = _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet));
+    }
+    _mm256_mask_storeu_epi16(static_cast<uint16_t*>(base) + off, m, h);
+  }
+#else
+  for (int l = 0; l < n; ++l) store_float(base, off + l, DT, x.v[l]);
+#endif
+}
+
+// A fp32 row times `scale` to storage elements [off, off + dim).
+template <DType DT>
+FLASH_INLINE void store_row(void* base, int64_t off, const float* row, int64_t dim, float scale) {
+  for (int64_t c = 0; c < dim; c += kLanes)
+    store_n<DT>(base, off + c, load(row + c) * splat(scale), int(std::min<int64_t>(kLanes, dim - c)));
+}
+
+// A row of storage elements [off, off + dim) to fp32 row[0, 16 * strips_of(dim)), zero-padded.
+template <DType DT>
+FLASH_INLINE void load_row(const void* base, int64_t off, int64_t dim, float* row) {
+  for (int64_t c = 0; c < dim; c += kLanes)
+    store(row + c, load_n<DT>(base, off + c, int(std::min<int64_t>(kLanes, dim - c))));
+}
+
+// One row of `dim` elements into the columns of row `row` of a strip tile (columns dim..16*strips_of(dim)
+// are zeroed so that padded columns never carry NaN or denormal garbage into a GEMM).
+template <DType DT>
+FLASH_INLINE void row_to_strips(const void* base, int64_t off, int64_t dim, float* tile, int64_t ss, int64_t row) {
+  int64_t c = 0;
+  for (; c + kLanes <= dim; c += kLanes) store(tile + (c / kLanes) * ss + row * kLanes, load16<DT>(base, off + c));
+  if (c < dim) store(tile + (c / kLanes) * ss + row * kLanes, load_n<DT>(base, off + c, int(dim - c)));
+}
+
+// Rows n of `base` at element offsets offsets[0..n) into rows 0..n-1 of a strip tile.
+template <DType DT>
+void rows_to_strips(const void* base, const int64_t* offsets, int64_t n, int64_t dim, float* tile, int64_t ss) {
+  for (int64_t j = 0; j < n; ++j) row_to_strips<DT>(base, offsets[j], dim, tile, ss, j);
+}
+
+}  // namespace flashattn::detail::cpu_flash

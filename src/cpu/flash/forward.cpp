@@ -1,0 +1,46 @@
+// forward(): each (sequence, kv head) of the problem becomes an AttnSeq for the shared engines.
+
+#include <vector>
+
+#include "cpu/flash/engines.h"
+#include "cpu/flash/flash.h"
+
+namespace flashattn::detail::cpu_flash {
+
+void forward(const FwdProblem& p, Stream) {
+  const AttnCall c = make_call(p.dtype, p.heads, p.heads_k, p.head_dim, p.score, p.dropout);
+  std::vector<AttnSeq> seqs;
+  seqs.reserve(size_t(p.batch * p.heads_k));
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const SeqRange r = seq_range(p, b);
+    for (int64_t hk = 0; hk < p.heads_k; ++hk) {
+      AttnSeq s;
+      s.b = b;
+      s.hk = hk;
+      s.sq = r.sq;
+      s.sk = r.sk;
+      s.q = p.q.ptr;
+      s.q_start = p.q.offset(b, r.q_start, 0);
+      s.q_row_stride = p.q.row_stride;
+      s.q_head_stride = p.q.head_stride;
+      s.out = p.out.ptr;
+      s.out_start = p.out.offset(b, r.q_start, 0);
+      s.out_row_stride = p.out.row_stride;
+      s.out_head_stride = p.out.head_stride;
+      if (p.lse.ptr) {
+        s.lse = p.lse.ptr + p.lse.offset(b, r.q_start, 0);
+        s.lse_head_stride = p.lse.head_stride;
+      }
+      s.keys.k = p.k.ptr;
+      s.keys.v = p.v.ptr;
+      s.keys.k_start = p.k.offset(b, r.k_start, hk);
+      s.keys.v_start = p.v.offset(b, r.k_start, hk);
+      s.keys.k_row_stride = p.k.row_stride;
+      s.keys.v_row_stride = p.v.row_stride;
+      seqs.push_back(s);
+    }
+  }
+  attend_all(c, seqs);
+}
+
+}  // namespace flashattn::detail::cpu_flash

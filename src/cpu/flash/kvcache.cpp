@@ -1,0 +1,110 @@
+// forward_kvcache(): append k_new/v_new into the cache (rotating the new keys), then attend with the
+// shared engines over the cache, paged or contiguous. Positions and rotary rules: common/kvcache.h.
+
+#include "common/kvcache.h"
+
+#include <cstring>
+#include <vector>
+
+#include "cpu/common/elem.h"
+#include "cpu/flash/engines.h"
+#include "cpu/flash/flash.h"
+
+namespace flashattn::detail::cpu_flash {
+
+namespace {
+
+// New token t of (b, hk) goes to cache position seqlen_before + t. V (and K without rotary) is copied
+// bit for bit; a rotated key is rotated in fp32 and rounded once to the cache dtype.
+void append_new_tokens(const KVCacheProblem& p) {
+  const int64_t D = p.head_dim, elem = dtype_size(p.dtype);
+  const bool rotary = p.rotary.cos != nullptr;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t hk = 0; hk < p.heads_k; ++hk) {
+      const CacheSeq s = cache_seq(p, b);
+      std::vector<float> row(rotary ? size_t(D) : 0);
+      for (int64_t t = 0; t < p.seqlen_new; ++t) {
+        const int64_t pos = s.seqlen_before + t;
+        const int64_t k_src = p.k_new.offset(b, t, hk), v_src = p.v_new.offset(b, t, hk);
+        const int64_t k_dst = cache_offset(p.cache, s, b, pos, hk, false);
+        const int64_t v_dst = cache_offset(p.cache, s, b, pos, hk, true);
+        std::memcpy(static_cast<char*>(p.cache.v) + v_dst * elem, static_cast<const char*>(p.v_new.ptr) + v_src * elem,
+                    size_t(D * elem));
+        if (!rotary) {
+          std::memcpy(static_cast<char*>(p.cache.k) + k_dst * elem,
+                      static_cast<const char*>(p.k_new.ptr) + k_src * elem, size_t(D * elem));
+          continue;
+        }
+        for (int64_t d = 0; d < D; ++d) row[size_t(d)] = load_float(p.k_new.ptr, k_src + d, p.dtype);
+        for (int64_t pair = 0; pair < p.rotary.dim / 2; ++pair) {
+          const float c = load_float(p.rotary.cos, pos * p.rotary.cos_row_stride + pair, p.dtype);
+          const float sn = load_float(p.rotary.sin, pos * p.rotary.sin_row_stride + pair, p.dtype);
+          int64_t i0, i1;
+          rotary_pair(p.rotary, pair, &i0, &i1);
+          const float x0 = row[size_t(i0)], x1 = row[size_t(i1)];
+          row[size_t(i0)] = x0 * c - x1 * sn;
+          row[size_t(i1)] = x0 * sn + x1 * c;
+        }
+        for (int64_t d = 0; d < D; ++d) store_float(p.cache.k, k_dst + d, p.dtype, row[size_t(d)]);
+      }
+    }
+  }
+}
+
+AttnSeq cache_job(const KVCacheProblem& p, int64_t b, int64_t hk) {
+  const CacheSeq cs = cache_seq(p, b);
+  const CacheView& cv = p.cache;
+  AttnSeq s;
+  s.b = b;
+  s.hk = hk;
+  s.sq = p.seqlen_q;
+  s.sk = cs.seqlen_k;
+  s.q = p.q.ptr;
+  s.q_start = p.q.offset(b, 0, 0);
+  s.q_row_stride = p.q.row_stride;
+  s.q_head_stride = p.q.head_stride;
+  s.out = p.out.ptr;
+  s.out_start = p.out.offset(b, 0, 0);
+  s.out_row_stride = p.out.row_stride;
+  s.out_head_stride = p.out.head_stride;
+  if (p.lse.ptr) {
+    s.lse = p.lse.ptr + p.lse.offset(b, 0, 0);
+    s.lse_head_stride = p.lse.head_stride;
+  }
+  KeyRows& k = s.keys;
+  k.k = cv.k;
+  k.v = cv.v;
+  k.k_row_stride = cv.k_row_stride;
+  k.v_row_stride = cv.v_row_stride;
+  if (cv.paged()) {
+    k.block_table = cv.block_table + b * cv.block_table_stride;
+    k.page_size = cv.page_size;
+    k.first = cs.leftpad;
+    k.k_block_stride = cv.k_batch_stride;
+    k.v_block_stride = cv.v_batch_stride;
+    k.k_start = hk * cv.k_head_stride;
+    k.v_start = hk * cv.v_head_stride;
+  } else {
+    k.k_start = cs.cache_row * cv.k_batch_stride + cs.leftpad * cv.k_row_stride + hk * cv.k_head_stride;
+    k.v_start = cs.cache_row * cv.v_batch_stride + cs.leftpad * cv.v_row_stride + hk * cv.v_head_stride;
+  }
+  s.rotary_pos0 = cs.seqlen_before;
+  s.rotary_consecutive = rotary_q_consecutive(p.score);
+  return s;
+}
+
+}  // namespace
+
+void forward_kvcache(const KVCacheProblem& p, Stream) {
+  if (p.seqlen_new > 0) append_new_tokens(p);
+  AttnCall c = make_call(p.dtype, p.heads, p.heads_k, p.head_dim, p.score, DropoutParams{});
+  c.rotary = p.rotary.cos ? &p.rotary : nullptr;
+  std::vector<AttnSeq> seqs;
+  seqs.reserve(size_t(p.batch * p.heads_k));
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t hk = 0; hk < p.heads_k; ++hk) seqs.push_back(cache_job(p, b, hk));
+  attend_all(c, seqs);
+}
+
+}  // namespace flashattn::detail::cpu_flash
