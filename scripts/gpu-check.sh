@@ -1,111 +1,111 @@
 #!/usr/bin/env bash
-# The GPU harness: on a machine with an NVIDIA GPU, in one run (budget: < 10 minutes on an H200):
-#   1. device facts,
-#   2. the GPU tests (every CUDA backend against the fp64 CPU reference, the whole catalogue),
-#   3. compute-sanitizer memcheck, racecheck, synccheck and initcheck on the reduced smoke suite,
-#   4. the benchmark: the seed's table and the FlashAttention sweep (D = 64, 128), JSON out,
-#   5. the Python package against PyTorch (torch tests, compare_torch.py) when a wheel or build is there,
-#   6. a summary (device, date, commit, commands, tables) for bench/results/.
+# The GPU harness: on a machine with an NVIDIA GPU, in one run, in priority order (each step has its own
+# time limit and appends to $OUT as it goes, so a run cut short still returns what it did):
+#   1. the GPU tests (every CUDA backend against the fp64 CPU reference),
+#   2. PyTorch comparison of the prefill kernels (bench/compare_torch.py: SDPA flash and cuDNN),
+#   3. the decode benchmark (bench/decode_bench.py),
+#   4. flashattn-bench: the seed's table and a sweep of the CUDA ladder,
+#   5. compute-sanitizer memcheck and racecheck on the reduced smoke suite,
+#   6. the Python package's torch tests,
+#   7. summary.md (device, date, commit, commands, failed steps) for bench/results/.
 #
-# Binaries come from $BIN (default: .gpu/bin, staged on a build machine by scripts/stage-gpu.sh), or
-# are built here with --build. Results go to $OUT (default ./gpu-check-out): summary.md, bench JSON,
-# and logs.tar.gz with every log.
+# Binaries: .gpu/bin.tgz (or .gpu/bin/) staged on a build machine by scripts/stage-gpu.sh, or built here
+# with --build (needs GoogleTest). Python: the wheel in .gpu/wheels/, installed with --no-index.
 #
-# Usage: scripts/gpu-check.sh [--build] [--skip-sanitizer] [--skip-bench] [--skip-python]
-#                             [--tests FILTER] [--sweep-impl LIST] [--compare-args "ARGS"]
+# Usage: scripts/gpu-check.sh [--build] [--tests FILTER] [--only STEPS] [--limits "tests=110 compare=100 ..."]
+#                             [--compare-args "ARGS"] [--decode-args "ARGS"] [--sweep-args "ARGS"]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 OUT=${OUT:-$ROOT/gpu-check-out}
-BIN=${BIN:-$ROOT/.gpu/bin}
-LOGS=$(mktemp -d)
-do_build=0 do_sanitizer=1 do_bench=1 do_python=1
+BIN=$ROOT/.gpu/bin
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+do_build=0
+only="tests compare decode bench sanitizer python"
 test_filter='*cuda*:*Cuda*:*GpuSmoke*'
-sweep_impl=''
-compare_args=''
+compare_args='--dtypes bf16 --dims 64,128 --modes fwd,fwdbwd'
+decode_args=''
+sweep_args='--dims 64,128 --seqlens 512,2048,8192 --iters 5 --warmup 1'
+declare -A limit=([tests]=110 [compare]=100 [decode]=50 [bench]=50 [sanitizer]=60 [python]=50)
+args="$*"
 while (($#)); do
   case $1 in
     --build) do_build=1 ;;
-    --skip-sanitizer) do_sanitizer=0 ;;
-    --skip-bench) do_bench=0 ;;
-    --skip-python) do_python=0 ;;
     --tests) test_filter=$2; shift ;;
-    --sweep-impl) sweep_impl=$2; shift ;;
+    --only) only=$2; shift ;;
+    --limits) for kv in $2; do limit[${kv%%=*}]=${kv#*=}; done; shift ;;
     --compare-args) compare_args=$2; shift ;;
+    --decode-args) decode_args=$2; shift ;;
+    --sweep-args) sweep_args=$2; shift ;;
     *) echo "gpu-check: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
 done
-mkdir -p "$OUT"
-SUMMARY=$OUT/summary.md
+STEPS=$OUT/steps.log
 start=$(date +%s)
 failures=()
+wants() { [[ " $only " == *" $1 "* ]]; }
 
-# step NAME TIMEOUT_S COMMAND...: runs a command with its log in $LOGS/NAME.log, records pass/fail.
+# step NAME LIMIT_S COMMAND...: runs a command, appending its output to $STEPS, records failures.
 step() {
-  local name=$1 limit=$2
+  local name=$1 lim=$2
   shift 2
   local t0=$(date +%s)
-  echo "=== $name: $*" | tee -a "$LOGS/steps.log"
-  timeout "$limit" "$@" >"$LOGS/$name.log" 2>&1
+  echo "=== $name (limit ${lim}s): $*" >>"$STEPS"
+  timeout "$lim" "$@" >>"$STEPS" 2>&1
   local rc=$?
-  local dt=$(($(date +%s) - t0))
-  if ((rc == 0)); then
-    echo "    ok (${dt}s)" | tee -a "$LOGS/steps.log"
-  else
-    echo "    FAILED rc=$rc (${dt}s); last lines:" | tee -a "$LOGS/steps.log"
-    tail -n 25 "$LOGS/$name.log" | sed 's/^/    | /' | tee -a "$LOGS/steps.log"
-    failures+=("$name")
-  fi
+  echo "=== $name: rc=$rc in $(($(date +%s) - t0))s" >>"$STEPS"
+  ((rc == 0)) || failures+=("$name")
   return $rc
 }
 
 if ((do_build)); then
-  BUILD_DIR=$ROOT/build-gpu
-  step build 900 bash -c "cmake -S . -B '$BUILD_DIR' -G Ninja -DFLASHATTN_CUDA=ON -DFLASHATTN_CUDA_ARCHS='90a' \
-      -DFLASHATTN_PYTHON=OFF && cmake --build '$BUILD_DIR' -j \$(nproc)"
-  BIN=$BUILD_DIR/bin-staged
-  mkdir -p "$BIN"
-  cp "$BUILD_DIR/tests/cpp/flashattn_tests" "$BUILD_DIR/tools/bench/flashattn-bench" "$BIN/" 2>/dev/null
+  step build 900 bash -c "cmake -S . -B build-gpu -G Ninja -DFLASHATTN_CUDA=ON -DFLASHATTN_CUDA_ARCHS=90a \
+      && cmake --build build-gpu -j \$(nproc) --target flashattn_tests flashattn-bench"
+  mkdir -p "$BIN" && cp build-gpu/tests/cpp/flashattn_tests build-gpu/tools/bench/flashattn-bench "$BIN/"
+elif [ -f "$ROOT/.gpu/bin.tgz" ]; then
+  mkdir -p "$BIN" && tar -xzf "$ROOT/.gpu/bin.tgz" -C "$BIN"
 fi
 TESTS=$BIN/flashattn_tests
 BENCH=$BIN/flashattn-bench
 commit=$(cat "$BIN/COMMIT" 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)
+device_name=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
+echo "device: $device_name; commit: $commit; date: $(date -u +%FT%TZ)" >>"$STEPS"
 
-step device 60 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv
-device_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
-
-if [ -x "$TESTS" ]; then
-  step gpu-tests 360 "$TESTS" --gtest_filter="$test_filter" --gtest_brief=1 --gtest_output="xml:$LOGS/gpu-tests.xml"
-  if ((do_sanitizer)); then
-    for tool in memcheck racecheck synccheck initcheck; do
-      step "sanitizer-$tool" 240 compute-sanitizer --tool "$tool" --error-exitcode 99 \
-        "$TESTS" --gtest_filter='*GpuSmoke*' --gtest_brief=1
-    done
-  fi
-else
-  echo "gpu-check: no test binary at $TESTS" | tee -a "$LOGS/steps.log"
-  failures+=(missing-tests)
+wheel=$(ls "$ROOT"/.gpu/wheels/flashattn-*.whl 2>/dev/null | head -1)
+if [ -n "$wheel" ] && { wants compare || wants decode || wants python; }; then
+  python3 -m pip install -q --no-deps --no-index --target /tmp/fa-site "$wheel" >>"$STEPS" 2>&1 &&
+    export PYTHONPATH=/tmp/fa-site:${PYTHONPATH:-}
 fi
 
-if ((do_bench)) && [ -x "$BENCH" ]; then
-  step bench-seed 120 "$BENCH" --device cuda --json "$OUT/bench-seed.json"
-  impl_args=()
-  [ -n "$sweep_impl" ] && impl_args=(--impl "$sweep_impl")
-  step bench-sweep 300 "$BENCH" --device cuda --sweep --dims 64,128 --mode fwd "${impl_args[@]}" \
-    --json "$OUT/bench-sweep.json"
+if wants tests; then
+  step gpu-tests "${limit[tests]}" "$TESTS" --gtest_filter="$test_filter" --gtest_brief=1
 fi
-
-if ((do_python)); then
-  wheel=$(ls "$ROOT"/.gpu/wheels/flashattn-*.whl 2>/dev/null | head -1)
-  if [ -n "$wheel" ]; then
-    step python-install 120 python3 -m pip install -q --no-deps --no-index --target /tmp/fa-site "$wheel" &&
-      export PYTHONPATH=/tmp/fa-site:${PYTHONPATH:-}
-    step python-tests 300 python3 -m pytest -q -x tests/python
-    step compare-torch 420 python3 bench/compare_torch.py --out "$OUT" $compare_args
-  else
-    echo "gpu-check: no wheel in .gpu/wheels: Python steps skipped" | tee -a "$LOGS/steps.log"
-  fi
+if wants compare && [ -n "$wheel" ]; then
+  step compare "${limit[compare]}" python3 bench/compare_torch.py --out "$OUT/compare_torch.json" \
+    --plot-dir /tmp/plots $compare_args
+  cp /tmp/plots/*.png "$OUT/" 2>/dev/null
+fi
+if wants decode && [ -n "$wheel" ]; then
+  step decode "${limit[decode]}" python3 bench/decode_bench.py --out "$OUT/decode_bench.json" $decode_args
+fi
+if wants bench; then
+  half=$((limit[bench] / 3))
+  step bench-seed "$half" "$BENCH" --device cuda
+  step bench-sweep "$((limit[bench] - half))" "$BENCH" --device cuda --sweep --mode fwd $sweep_args \
+    --json "$OUT/bench_sweep.json"
+fi
+if wants sanitizer; then
+  half=$((limit[sanitizer] / 2))
+  for tool in memcheck racecheck; do
+    step "sanitizer-$tool" "$half" compute-sanitizer --tool "$tool" --error-exitcode 99 \
+      "$TESTS" --gtest_filter='*GpuSmoke*' --gtest_brief=1
+  done
+fi
+if wants python && [ -n "$wheel" ]; then
+  step python-tests "${limit[python]}" python3 -m pytest -q -x -p no:cacheprovider tests/python/test_torch_attention.py \
+    tests/python/test_torch_kvcache.py tests/python/test_torch_transformers.py
 fi
 
 {
@@ -114,25 +114,9 @@ fi
   echo "- device: $device_name"
   echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "- commit: $commit"
-  echo "- command: scripts/gpu-check.sh $*"
+  echo "- command: scripts/gpu-check.sh $args"
   echo "- wall time: $(($(date +%s) - start)) s"
   echo "- failed steps: ${failures[*]:-none}"
-  echo
-  echo '```'
-  cat "$LOGS/steps.log"
-  echo '```'
-  for f in bench-seed bench-sweep; do
-    if [ -f "$LOGS/$f.log" ]; then
-      echo
-      echo "## $f"
-      echo '```'
-      cat "$LOGS/$f.log"
-      echo '```'
-    fi
-  done
-  grep -h -E "tests? (ran|PASSED|FAILED)|^\[  (PASSED|FAILED|SKIPPED)" "$LOGS/gpu-tests.log" 2>/dev/null | head -60 |
-    sed '1i\\n## gpu tests\n```' | sed '$a```'
-} >"$SUMMARY"
-tar -czf "$OUT/logs.tar.gz" -C "$LOGS" .
+} >"$OUT/summary.md"
 echo "gpu-check: done in $(($(date +%s) - start)) s; failed: ${failures[*]:-none}"
 ((${#failures[@]} == 0))
