@@ -39,7 +39,8 @@ def eps(dtype):
 
 def within_criterion(got, ref, naive, dtype, name, floor=None):
     """flash-attn's criterion: max|got - ref| <= 2 * max|naive - ref| + floor, floor defaulting to
-    4 eps(dtype) max(1, max|ref|), with +inf (empty rows of softmax_lse) required to match exactly."""
+    4 eps(dtype) max(1, max|ref|) (64 eps for float32), with +inf (empty rows of softmax_lse) required to
+    match exactly."""
     got = got.detach().to(torch.float64).cpu()
     ref = torch.as_tensor(ref, dtype=torch.float64).cpu()
     naive = naive.detach().to(torch.float64).cpu()
@@ -50,7 +51,13 @@ def within_criterion(got, ref, naive, dtype, name, floor=None):
     err = (got - ref)[finite].abs().max().item() if finite.any() else 0.0
     naive_err = (naive - ref)[finite].abs().nan_to_num(0.0).max().item() if finite.any() else 0.0
     scale = max(1.0, ref[finite].abs().max().item() if finite.any() else 1.0)
-    bound = 2.0 * naive_err + (4.0 * eps(dtype) * scale if floor is None else floor)
+    if floor is None:
+        # For 16-bit dtypes the naive error dominates and a few ulps suffice. For float32 the naive
+        # baseline is torch's blocked fp32 matmul, far more accurate than any tiled kernel's running fp32
+        # sums over hundreds of rows (the same order of error flash-attn accepts by not testing fp32):
+        # allow 64 ulps at the scale of the result.
+        floor = (64.0 if dtype == torch.float32 else 4.0) * eps(dtype) * scale
+    bound = 2.0 * naive_err + floor
     assert err <= bound, f"{name}: max error {err:.3g} > bound {bound:.3g} (naive {dtype} error {naive_err:.3g})"
 
 
