@@ -22,7 +22,9 @@ const int32_t* index_tensor(const ArgChecker& c, const Tensor& t, const char* na
 void check_index_values(const ArgChecker& c, const KVCacheParams& p, const KVCacheProblem& pr) {
   auto at = [](const int32_t* v, int64_t stride, int64_t i) { return v[i * stride]; };
   for (int64_t b = 0; b < pr.batch; ++b) {
-    const std::string bs = "[" + std::to_string(b) + "]";
+    // Built by appending: GCC 12 warns (-Wrestrict, a known false positive) on "[" + std::string.
+    std::string bs = "[";
+    bs.append(std::to_string(b)).append("]");
     int64_t len = pr.cache_seqlens ? at(pr.cache_seqlens, p.cache_seqlens.stride[0], b)
                                    : pr.cache_seqlens_scalar;
     if (len < 0 || len + pr.seqlen_new > pr.cache.capacity)
