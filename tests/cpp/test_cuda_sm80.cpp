@@ -96,6 +96,8 @@ TEST(CudaSm80Layout, SwizzledTilesAreBijectiveConflictFreeAndLaneAddressesMatch)
   check_tile<128, 192>();
   check_tile<32, 224>();
   check_tile<64, 256>();
+  check_tile<64, 128>();  // tiled backward: Q, dO, P, dS at head dim 128
+  check_tile<128, 32>();  // tiled backward: Q, dO at head dim 32
 }
 
 TEST(CudaSm80Layout, TileConfigurationsFitSm80) {
@@ -107,6 +109,40 @@ TEST(CudaSm80Layout, TileConfigurationsFitSm80) {
     EXPECT_EQ(sm80::head_dim_bucket(d - 8), d);
   }
   EXPECT_EQ(sm80::head_dim_bucket(8), 32);
+}
+
+// The tiled backward's warp grids (kernel_traits.h, BwdTile::*_origin): in each of its three phases the
+// warps' tiles cover the phase's (rows x cols) tile exactly once, in whole 16 x 16 MMA blocks.
+void check_warp_grid(const sm80::BwdTile& t, int rows, int cols, int tile_rows, int tile_cols,
+                     sm80::BwdTile::Origin (sm80::BwdTile::*origin)(int) const, const char* phase) {
+  SCOPED_TRACE(std::string(phase) + " of head dim " + std::to_string(t.head_dim));
+  ASSERT_EQ(tile_rows % 16, 0);
+  ASSERT_EQ(tile_cols % 16, 0);
+  std::vector<int> hits(size_t(rows) * cols, 0);
+  for (int w = 0; w < t.warps; ++w) {
+    const sm80::BwdTile::Origin o = (t.*origin)(w);
+    ASSERT_EQ(o.row % 16, 0);
+    ASSERT_EQ(o.col % 16, 0);
+    for (int r = o.row; r < o.row + tile_rows; ++r)
+      for (int c = o.col; c < o.col + tile_cols; ++c) {
+        ASSERT_TRUE(r < rows && c < cols) << "warp " << w << " leaves the tile at " << r << "," << c;
+        ++hits[size_t(r) * cols + c];
+      }
+  }
+  for (int n : hits) ASSERT_EQ(n, 1);
+}
+
+TEST(CudaSm80Layout, TiledBackwardWarpGridsPartitionEveryPhase) {
+  for (int d : sm80::kHeadDimBuckets) {
+    const sm80::BwdTile t = sm80::bwd_tile(d);
+    if (!t.tiled) continue;
+    check_warp_grid(t, t.block_m, t.block_n, t.sdp_tile_rows(), t.sdp_tile_cols(), &sm80::BwdTile::sdp_origin, "S/dP");
+    check_warp_grid(t, t.block_n, t.head_dim, t.dkv_tile_rows(), t.dkv_tile_cols(), &sm80::BwdTile::dkv_origin,
+                    "dK/dV");
+    check_warp_grid(t, t.block_m, t.head_dim, t.dq_tile_rows(), t.dq_tile_cols(), &sm80::BwdTile::dq_origin, "dQ");
+    // LSE and D of a step are loaded by one thread per value (tid < block_m and tid - block_m).
+    EXPECT_LE(2 * t.block_m, t.threads());
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -272,8 +308,9 @@ TEST_P(CudaSm80Buckets, ForwardAtTileBoundaries) {
         expect_forward_matches(small_config(bucket, tile.block_m + dm, tile.block_n + dn, causal), ++seed);
 }
 
-// Key counts around the backward CTA tile, query counts around its query step and the dQ kernel's tile,
-// with the atomic and the deterministic dQ.
+// Key counts around the backward CTA tile, query counts around its query step (one below: a partial
+// step; one above: a full step then a one-row step) and the dQ kernel's tile, with the atomic and the
+// deterministic dQ.
 TEST_P(CudaSm80Buckets, BackwardAtTileBoundaries) {
   FA_SKIP_WITHOUT_GPU();
   const int bucket = GetParam();
@@ -281,7 +318,7 @@ TEST_P(CudaSm80Buckets, BackwardAtTileBoundaries) {
   const int dq_rows = sm80::dq_tile(bucket).block_m;
   uint64_t seed = 200;
   for (int dn : {-1, 0, 1})
-    for (int64_t sq : {int64_t(tile.block_m) - 1, int64_t(dq_rows) + 1})
+    for (int64_t sq : {int64_t(tile.block_m) - 1, int64_t(tile.block_m) + 1, int64_t(dq_rows) + 1})
       for (bool causal : {false, true})
         for (bool deterministic : {false, true})
           expect_backward_matches(small_config(bucket, sq, tile.block_n + dn, causal), ++seed, deterministic);

@@ -24,6 +24,7 @@
 #include "cuda/common/ptx.h"
 #include "cuda/sm80/args.h"
 #include "cuda/sm80/bwd_mainloop.cuh"
+#include "cuda/sm80/bwd_tiled_kernel.cuh"
 #include "cuda/sm80/dropout.cuh"
 #include "cuda/sm80/fragments.cuh"
 #include "cuda/sm80/mask.cuh"
@@ -234,12 +235,14 @@ void launch_bwd_pass(const BwdArgs& args, cudaStream_t stream) {
   FA_CUDA_CHECK_LAUNCH("sm80 backward kernel");
 }
 
-// dK and dV (and dQ into dq_accum unless deterministic) for one (dtype, head-dim bucket); instantiated
-// in bwd_hdim<D>.cu.
+// dK and dV (and dQ into dq_accum unless deterministic) for one (dtype, head-dim bucket), in the
+// bucket's partition (kernel_traits.h); instantiated in bwd_hdim<D>.cu.
 template <typename T, int kHeadDim>
 void run_bwd(BwdArgs args, cudaStream_t stream) {
   args.num_n_blocks = int(ceil_div(args.p.seqlen_k, bwd_tile(kHeadDim).block_n));
-  if constexpr (bwd_tile(kHeadDim).two_pass) {
+  if constexpr (bwd_tile(kHeadDim).tiled) {
+    launch_bwd_tiled<T, kHeadDim>(args, stream);
+  } else if constexpr (bwd_tile(kHeadDim).two_pass) {
     launch_bwd_pass<T, kHeadDim, BwdPass::dv_only>(args, stream);
     launch_bwd_pass<T, kHeadDim, BwdPass::dk_only>(args, stream);
   } else {

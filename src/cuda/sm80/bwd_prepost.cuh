@@ -2,7 +2,8 @@
 
 // The two light kernels around the backward main kernel (templated on the dtype only):
 //  * bwd_dsum_kernel: D_i = rowsum(dO * O) in fp32 for every (query row, head), one warp per pair,
-//    lane c reading the 16-byte chunk c of the row (head dims <= 256 = 32 chunks);
+//    lane c reading the 16-byte chunk c of the row (head dims <= 256 = 32 chunks); it also zeroes the
+//    pair's row of dq_accum (when there is one), which saves a separate memset pass over the workspace;
 //  * bwd_dq_convert_kernel: dq = dq_accum rounded to the dtype (the scale is already inside dS), one
 //    thread per 8 elements.
 // Both index query rows globally (global_q_row): row r of a dense call is (b, i) = (r / Sq, r % Sq), of
@@ -34,6 +35,11 @@ __global__ void __launch_bounds__(kPrepostThreads) bwd_dsum_kernel(const __grid_
   if (pair >= p.total_q * p.heads) return;
   const int64_t row = pair / p.heads, h = pair % p.heads;
   float acc = 0.0f;
+  if (args.dq_accum != nullptr && lane < p.head_dim / 8) {
+    float4* zero = reinterpret_cast<float4*>(args.dq_accum + pair * p.head_dim + 8 * lane);  // pair = row * heads + h
+    zero[0] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    zero[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
   if (lane < p.head_dim / 8) {
     float d[8], o[8];
     load16_as_float(static_cast<const T*>(p.dout.ptr) + row_offset(p, p.dout, row, h) + 8 * lane, d);

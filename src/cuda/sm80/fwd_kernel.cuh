@@ -128,12 +128,20 @@ __global__ void __launch_bounds__(FwdMainloop<T, kHeadDim>::kThreads, 1)
 
     float rescale[kMFrags][2];
     softmax.update(s, rescale);
+    // Once the running maxima settle (most tiles of a long row), every factor is exactly 1 and the
+    // kDFrags * 4 * kMFrags multiplies of O would be identities: skip them when no row of the warp moved
+    // (a warp-uniform vote, so the branch does not diverge; the result is bitwise the same).
+    bool moved = false;
 #pragma unroll
-    for (int mf = 0; mf < kMFrags; ++mf)
+    for (int mf = 0; mf < kMFrags; ++mf) moved = moved || rescale[mf][0] != 1.0f || rescale[mf][1] != 1.0f;
+    if (__any_sync(0xffffffffu, moved)) {
 #pragma unroll
-      for (int f = 0; f < kDFrags; ++f)
+      for (int mf = 0; mf < kMFrags; ++mf)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) o[mf][f][e] *= rescale[mf][e >> 1];
+        for (int f = 0; f < kDFrags; ++f)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) o[mf][f][e] *= rescale[mf][e >> 1];
+    }
 
     if (args.s.dropout) {
       // The row sums above used the undropped P (LSE is of the undropped softmax); O uses the dropped one.

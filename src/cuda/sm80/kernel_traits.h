@@ -54,14 +54,27 @@ constexpr FwdTile fwd_tile(int bucket) {
 }
 
 // Backward main kernel: one CTA per (block_n keys, kv head, sequence); it loops over the query heads of
-// its GQA group and over query tiles of block_m rows. Warp w owns the keys [16 w, 16 w + 16): it computes
+// its GQA group and over query tiles of block_m rows. Two partitions of a step over the warps:
+//
+// Tiled (tiled = true, FlashAttention-2's partition; bwd_tiled_kernel.cuh): each of the three products
+// of a step has its own 2-D grid of warp tiles, and P and dS go through shared memory between them:
+//   S, dP (queries x keys):    sdp_warps_m x (warps / sdp_warps_m) warp tiles
+//   dV, dK (keys x head dim):  dkv_warps_n x (warps / dkv_warps_n), accumulated in registers all along
+//   dQ (queries x head dim):   dq_warps_m x (warps / dq_warps_m), added to dq_accum with atomics
+// Warp tiles are at least 32 x 32 and a step covers 64-128 queries (vs 16-row warp tiles and 32-64
+// queries for keys as rows): fewer ldmatrix per MMA, more independent MMAs in flight per warp, half the
+// barriers per query. Phases 1 and 3 walk their tiles in groups of 16-row fragments (two at D <= 64,
+// one above), with S and dP of a group computed in one interleaved k loop.
+//   registers ~ dK + dV (2 block_n head_dim / threads) + S + dP + dQ of one group + ~90 (measured):
+//   D <= 64:  128 keys x 128 queries, 8 warps: S/dP 64 x 32, dK/dV 32 x head_dim / 2, dQ 32 x head_dim / 2.
+//   D = 128:  128 keys x 64 queries, 8 warps: S/dP 32 x 32, dK/dV 32 x 64, dQ 32 x 32.
+//
+// Keys as rows (tiled = false; bwd_kernel.cuh): warp w owns the keys [16 w, 16 w + 16): it computes
 // S^T = K Q^T and dP^T = V dO^T for them, so P^T and dS^T come out of the MMA already in the A-operand
 // layout of dV += P^T dO and dK += dS^T Q and never touch shared memory; dK and dV (16 x head_dim each)
-// stay in its registers for the whole loop.
+// stay in its registers for the whole loop; only dS^T goes through shared memory, for dQ.
 //   registers per thread ~ dV + dK (head_dim) + S^T + dP^T (block_m), plus the same overhead as above:
-//   D <= 64:  128 keys (8 warps) x 64 queries.
 //   D = 96:   64 keys (4 warps) x 32 queries (64 queries spill; 4 warps keep the dQ column split whole).
-//   D = 128:  128 keys (8 warps) x 32 queries.
 //   D > 128:  dK + dV alone would need 160-256 registers, so the kernel runs twice (two_pass): once
 //             accumulating dV only, once dK (and dQ) only; 64 keys (4 warps) x 32 queries keep shared
 //             memory within sm80's 163 KB.
@@ -70,25 +83,51 @@ struct BwdTile {
   int block_n, block_m;
   int warps;
   bool two_pass;
+  bool tiled = false;
+  int sdp_warps_m = 1;  // tiled: warps along the queries of S and dP (the others along the keys)
+  int dkv_warps_n = 1;  // tiled: warps along the keys of dK and dV (the others along the head dim)
+  int dq_warps_m = 1;   // tiled: warps along the queries of dQ (the others along the head dim)
 
   constexpr int threads() const { return warps * 32; }
-  // dQ = dS K runs on the same warps re-partitioned: row groups of 16 queries x column groups of the
-  // head dim.
+  // Keys as rows: dQ = dS K runs on the same warps re-partitioned: row groups of 16 queries x column
+  // groups of the head dim.
   constexpr int dq_row_groups() const { return block_m / 16; }
   constexpr int dq_col_groups() const { return warps / dq_row_groups(); }
   constexpr int dq_cols_per_warp() const { return head_dim / dq_col_groups(); }
-  // K, V + double-buffered Q, dO + dS^T (block_n x block_m) + double-buffered LSE and D rows (fp32).
+  // Tiled: warp tiles of the three phases (rows x cols) and the origin of warp w's tile in its phase's
+  // grid (warps numbered row-major over the grid).
+  struct Origin {
+    int row, col;
+  };
+  constexpr int sdp_tile_rows() const { return block_m / sdp_warps_m; }           // queries
+  constexpr int sdp_tile_cols() const { return block_n * sdp_warps_m / warps; }   // keys
+  constexpr int dkv_tile_rows() const { return block_n / dkv_warps_n; }           // keys
+  constexpr int dkv_tile_cols() const { return head_dim * dkv_warps_n / warps; }  // head dims
+  constexpr int dq_tile_rows() const { return block_m / dq_warps_m; }             // queries
+  constexpr int dq_tile_cols() const { return head_dim * dq_warps_m / warps; }    // head dims
+  constexpr Origin sdp_origin(int w) const {
+    return {sdp_tile_rows() * (w / (warps / sdp_warps_m)), sdp_tile_cols() * (w % (warps / sdp_warps_m))};
+  }
+  constexpr Origin dkv_origin(int w) const {
+    return {dkv_tile_rows() * (w / (warps / dkv_warps_n)), dkv_tile_cols() * (w % (warps / dkv_warps_n))};
+  }
+  constexpr Origin dq_origin(int w) const {
+    return {dq_tile_rows() * (w / (warps / dq_warps_m)), dq_tile_cols() * (w % (warps / dq_warps_m))};
+  }
+  // Tiled: K, V + double-buffered Q, dO + P and dS (block_m x block_n each) + double-buffered LSE and D
+  // rows (fp32). Keys as rows: the same without P, with dS^T (block_n x block_m).
   constexpr int64_t smem_bytes() const {
-    return (int64_t(2) * block_n * head_dim + int64_t(4) * block_m * head_dim + int64_t(block_n) * block_m) *
+    return (int64_t(2) * block_n * head_dim + int64_t(4) * block_m * head_dim +
+            int64_t(tiled ? 2 : 1) * block_n * block_m) *
                kElemBytes +
            int64_t(4) * block_m * 4;
   }
 };
 
 constexpr BwdTile bwd_tile(int bucket) {
-  if (bucket <= 64) return BwdTile{bucket, 128, 64, 8, false};
+  if (bucket <= 64) return BwdTile{bucket, 128, 128, 8, false, true, 2, 4, 4};
   if (bucket <= 96) return BwdTile{bucket, 64, 32, 4, false};
-  if (bucket <= 128) return BwdTile{bucket, 128, 32, 8, false};
+  if (bucket <= 128) return BwdTile{bucket, 128, 64, 8, false, true, 2, 4, 2};
   return BwdTile{bucket, 64, 32, 4, true};
 }
 
@@ -116,9 +155,21 @@ constexpr bool valid(FwdTile t) {
   return t.head_dim % 32 == 0 && t.block_m == t.warps * t.warp_rows() && t.block_n % 16 == 0 &&
          (t.m_frags == 1 || t.m_frags == 2) && t.smem_bytes() <= 163 * 1024;
 }
+// Tiled: every warp grid divides the warps, every warp tile is a whole number of 16 x 16 MMA blocks in
+// both dimensions (B operands are loaded as pairs of n8 fragments), and one thread per LSE / D value.
+constexpr bool valid_tiled(BwdTile t) {
+  const auto tiles = [&](int rows, int cols, int warps_rows) {
+    return warps_rows > 0 && t.warps % warps_rows == 0 && rows % (16 * warps_rows) == 0 &&
+           cols % (16 * (t.warps / warps_rows)) == 0;
+  };
+  return !t.two_pass && tiles(t.block_m, t.block_n, t.sdp_warps_m) && tiles(t.block_n, t.head_dim, t.dkv_warps_n) &&
+         tiles(t.block_m, t.head_dim, t.dq_warps_m) && 2 * t.block_m <= t.threads();
+}
 constexpr bool valid(BwdTile t) {
-  return t.head_dim % 32 == 0 && t.block_n == 16 * t.warps && t.block_m % 32 == 0 && t.warps % t.dq_row_groups() == 0 &&
-         t.head_dim % t.dq_col_groups() == 0 && t.dq_cols_per_warp() % 16 == 0 && t.smem_bytes() <= 163 * 1024;
+  if (t.head_dim % 32 != 0 || t.smem_bytes() > 163 * 1024) return false;
+  if (t.tiled) return valid_tiled(t);
+  return t.block_n == 16 * t.warps && t.block_m % 32 == 0 && t.warps % t.dq_row_groups() == 0 &&
+         t.head_dim % t.dq_col_groups() == 0 && t.dq_cols_per_warp() % 16 == 0;
 }
 constexpr bool valid(DqTile t) {
   return t.head_dim % 32 == 0 && t.block_m == 16 * t.warps && t.block_n % 16 == 0 && t.smem_bytes() <= 163 * 1024;

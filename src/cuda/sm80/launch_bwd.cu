@@ -1,7 +1,7 @@
 // Backward launch: D = rowsum(dO * O) -> main kernel (dK, dV, and dQ through fp32 atomics unless
 // deterministic) -> dQ conversion, or the deterministic dQ kernel. Workspaces (stream-ordered, freed
 // when this function returns, after the kernels are enqueued): D (fp32 per query row and head) and, when
-// not deterministic, dq_accum (fp32 like dq, zeroed first).
+// not deterministic, dq_accum (fp32 like dq, zeroed by the D kernel, which runs first).
 
 #include <cstdint>
 
@@ -24,10 +24,7 @@ void launch_bwd(const BwdProblem& p, cudaStream_t stream) {
   const bool atomics = !p.deterministic && rows > 0;
   const size_t accum_bytes = atomics ? size_t(rows * p.head_dim) * sizeof(float) : 0;
   Workspace dq_accum(accum_bytes, stream);
-  if (atomics) {
-    args.dq_accum = dq_accum.as<float>();
-    FA_CUDA_CHECK(cudaMemsetAsync(args.dq_accum, 0, accum_bytes, stream));
-  }
+  if (atomics) args.dq_accum = dq_accum.as<float>();
   dtype_switch(p.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (rows > 0) {
