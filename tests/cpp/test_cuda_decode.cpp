@@ -1,7 +1,8 @@
 // cuda_decode beyond the shared KV-cache catalogue (test_backend_kvcache.cpp): CUDA graph capture and
 // replay, split counts, long contexts, multi-token GQA, page sizes and every (head-dim bucket, row shape)
 // kernel, each against the fp64 oracle of kvcache_case.h; plus host-side checks of the page-size
-// division and the split heuristic, which need no GPU.
+// division, the cache addressing, the row shapes, the pipeline depth and the split heuristic, which need
+// no GPU.
 
 #include <gtest/gtest.h>
 
@@ -17,6 +18,8 @@
 #if defined(FLASHATTN_WITH_CUDA)
 #include <cuda_runtime_api.h>
 
+#include "common/kvcache.h"
+#include "cuda/decode/cache_rows.h"
 #include "cuda/decode/decode_tile.h"
 #include "cuda/decode/fast_divmod.h"
 #include "cuda/decode/split_heuristic.h"
@@ -51,6 +54,106 @@ TEST(CudaDecodeHost, FastDivmodMatchesDivision) {
       }
     }
   }
+}
+
+// The kernel's two-step addressing (every block-table entry of a tile first, then the offsets) against
+// common/kvcache.h's cache_offset, for every position of paged caches of many page sizes (with padded
+// strides and a shuffled block table) and of a contiguous cache selected through a cache row.
+TEST(CudaDecodeHost, CacheRowsMatchCacheOffset) {
+  namespace fd = flashattn::detail;
+  std::mt19937 rng(9);
+  for (int64_t page : {0, 1, 2, 3, 7, 8, 16, 33, 64, 96, 256, 1000}) {
+    const int64_t heads_k = 3, batch = 2;
+    const int64_t capacity = page ? (2100 + page - 1) / page * page : 2100;
+    fd::KVCacheProblem p;
+    p.batch = batch;
+    p.heads_k = heads_k;
+    fd::CacheView& c = p.cache;
+    // Strides padded past the dense layout (row, head) and different for K and V.
+    c.k_head_stride = 136;
+    c.v_head_stride = 144;
+    c.k_row_stride = heads_k * 136 + 8;
+    c.v_row_stride = heads_k * 144 + 16;
+    std::vector<int32_t> table;
+    if (page) {
+      const int64_t pages = capacity / page;
+      c.page_size = page;
+      c.num_blocks = batch * pages + 5;
+      c.k_batch_stride = page * c.k_row_stride + 24;
+      c.v_batch_stride = page * c.v_row_stride + 40;
+      std::vector<int32_t> blocks(size_t(c.num_blocks));
+      for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = int32_t(i);
+      std::shuffle(blocks.begin(), blocks.end(), rng);
+      c.block_table_stride = pages + 3;  // rows of the table padded too
+      table.assign(size_t(batch * c.block_table_stride), -1);
+      for (int64_t b = 0; b < batch; ++b)
+        for (int64_t i = 0; i < pages; ++i) table[size_t(b * c.block_table_stride + i)] = blocks[size_t(b * pages + i)];
+      c.block_table = table.data();
+    } else {
+      c.batches = 4;
+      c.k_batch_stride = capacity * c.k_row_stride + 8;
+      c.v_batch_stride = capacity * c.v_row_stride + 16;
+    }
+    c.capacity = capacity;
+    const std::vector<int32_t> batch_idx = {3, 1};
+    if (!page) p.cache_batch_idx = batch_idx.data();
+    const dec::FastDivmod divisor = dec::make_fast_divmod(page ? uint32_t(page) : 1u);
+    for (int64_t b = 0; b < batch; ++b) {
+      const fd::CacheSeq seq = fd::cache_seq(p, b);
+      for (int64_t hk = 0; hk < heads_k; ++hk) {
+        const dec::CacheRows rows = dec::make_cache_rows(p, seq, b, hk, divisor);
+        ASSERT_EQ(rows.paged(), page != 0);
+        for (int pos = 0; pos < capacity; ++pos) {
+          const int32_t block = rows.paged() ? rows.block_of(pos) : 0;
+          int64_t k_off = 0, v_off = 0;
+          rows.offsets(pos, block, &k_off, &v_off);
+          const int64_t k_ref = fd::cache_offset(c, seq, b, pos, hk, false);
+          const int64_t v_ref = fd::cache_offset(c, seq, b, pos, hk, true);
+          if (k_off != k_ref || v_off != v_ref) {
+            ADD_FAILURE() << "page " << page << " b " << b << " hk " << hk << " pos " << pos << ": (" << k_off << ", "
+                          << v_off << "), cache_offset (" << k_ref << ", " << v_ref << ")";
+            return;
+          }
+          if (rows.paged()) ASSERT_EQ(rows.page_index(pos), uint32_t(pos / page));
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaDecodeHost, RowShapes) {
+  for (int64_t rows = 1; rows <= 300; ++rows) {
+    const dec::RowShape s = dec::row_shape(rows);
+    const int tile_rows = 16 * dec::row_warps(s);
+    EXPECT_GE(dec::row_warps(s) * dec::key_warps(s), 4) << rows;
+    // The smallest row tile (16, 32, 64 or 128 rows) that holds the rows; several large tiles beyond 128.
+    if (rows <= 128) {
+      EXPECT_GE(tile_rows, rows) << rows;
+      if (tile_rows > 16) EXPECT_LT(tile_rows / 2, rows) << rows;
+    } else {
+      EXPECT_EQ(s, dec::RowShape::large) << rows;
+    }
+  }
+  EXPECT_EQ(dec::row_shape(16), dec::RowShape::small);
+  EXPECT_EQ(dec::row_shape(17), dec::RowShape::narrow);
+  EXPECT_EQ(dec::row_shape(32), dec::RowShape::narrow);
+  EXPECT_EQ(dec::row_shape(33), dec::RowShape::medium);
+  EXPECT_EQ(dec::row_shape(65), dec::RowShape::large);
+}
+
+// Every instantiation must fit an sm_80 block's opt-in shared memory (the backend runs from sm_80 on),
+// with about 96 KB of K/V in its pipeline and at least two stages.
+TEST(CudaDecodeHost, SharedMemoryFitsSm80) {
+  constexpr size_t kA100 = 166912;  // opt-in shared memory per block on sm_80
+  using dec::RowShape;
+  for (int bucket : {64, 128, 256})
+    for (RowShape s : {RowShape::small, RowShape::narrow, RowShape::medium, RowShape::large})
+      EXPECT_LE(dec::decode_smem_bytes(bucket, s), kA100) << bucket << " " << int(s);
+  using D128Small = dec::DecodeTile<128, 1, 4>;
+  EXPECT_EQ(D128Small::kStages, 3);
+  EXPECT_EQ(D128Small::kSmemBytes, size_t(4096 + 3 * 32768));
+  EXPECT_EQ((dec::DecodeTile<256, 1, 4>::kStages), 2);  // 64 KB tiles
+  EXPECT_EQ((dec::DecodeTile<64, 8, 1>::kStages), 4);   // 16 KB tiles: capped at 4
 }
 
 TEST(CudaDecodeHost, SplitHeuristic) {
@@ -205,12 +308,32 @@ TEST(CudaDecode, PageSizes) {
   }
 }
 
-// Every (head-dim bucket, row shape) instantiation: rows = seqlen_q * group = 4 (small), 32 (medium),
-// 128 (large) and 256 (two large row tiles); odd head dims inside each bucket.
+// One split over thousands of keys, so that every pipeline (2 to 4 stages) wraps its ring of buffers
+// many times, for the row shapes of head dims 64, 128 and 256, on paged caches (page sizes that do and do not divide a
+// tile, with leftpad: the block-table entries of a tile are read before its copies, and the next tile's prefetched) and
+// a contiguous one.
+TEST(CudaDecode, LongSplitsWrapThePipeline) {
+  FA_SKIP_WITHOUT_GPU();
+  struct Case {
+    int64_t head_dim, group, sq, page;  // rows = sq * group
+  };
+  for (const Case& c : {Case{256, 4, 1, 16}, Case{256, 8, 3, 0}, Case{256, 8, 8, 7}, Case{256, 8, 16, 1},
+                        Case{128, 8, 16, 16}, Case{128, 4, 16, 96}, Case{64, 8, 16, 3}, Case{128, 4, 8, 1}}) {
+    const int64_t capacity = c.page ? (3072 + c.page - 1) / c.page * c.page : 3072;
+    KVConfig cfg = decode_config(2 * c.group, 2, c.head_dim, c.sq, capacity, {3000, 1700});
+    cfg.page_size = c.page;
+    cfg.leftpad = c.page != 0;
+    cfg.num_splits = 1;
+    expect_matches_oracle(cfg, 60 + uint64_t(c.head_dim + c.sq + c.page));
+  }
+}
+
+// Every (head-dim bucket, row shape) instantiation: rows = seqlen_q * group = 4 (small), 20 and 32
+// (narrow), 64 (medium), 128 (large) and 256 (two large row tiles); odd head dims inside each bucket.
 TEST(CudaDecode, EveryKernelShape) {
   FA_SKIP_WITHOUT_GPU();
   for (int64_t head_dim : {40, 64, 96, 128, 200, 256})
-    for (auto [sq, heads] : {std::pair<int64_t, int64_t>{1, 32}, {8, 32}, {16, 64}, {32, 64}}) {
+    for (auto [sq, heads] : {std::pair<int64_t, int64_t>{1, 32}, {5, 32}, {8, 32}, {16, 32}, {16, 64}, {32, 64}}) {
       if (sq == 32 && head_dim != 128 && head_dim != 256) continue;
       KVConfig cfg = decode_config(heads, 8, head_dim, sq, 512, {300, 77});
       cfg.dtype = head_dim == 128 ? DType::f16 : DType::bf16;

@@ -9,12 +9,12 @@
 // writes out and LSE; otherwise it writes its normalised partial output and LSE to the workspace and
 // combine.cu merges the splits.
 //
-// Pipeline (kStages buffers, cp.async groups): the prologue issues Q + tile 0 as group 0 and tiles
-// 1..kStages-2 as groups 1..kStages-2 (a group is committed even when empty, so group g is always
-// tile g). Iteration it waits until at most kStages - 2 groups are pending, i.e. groups 0..it (tile it)
-// are complete for this thread; the barrier then makes every thread's copies visible and guarantees
-// that all warps finished iteration it - 1, whose buffer (it - 1) % kStages = (it + kStages - 1) %
-// kStages is refilled with tile it + kStages - 1 before the math of tile it starts.
+// Pipeline (S = Tile::kStages buffers, cp.async groups): the prologue issues Q + tile 0 as group 0 and
+// tiles 1..S-2 as groups 1..S-2 (a group is committed even when empty, so group g is always tile g).
+// Iteration it waits until at most S - 2 groups are pending, i.e. groups 0..it (tile it) are complete
+// for this thread; the barrier then makes every thread's copies visible and guarantees that all warps
+// finished iteration it - 1, whose buffer (it - 1) % S = (it + S - 1) % S is refilled with tile
+// it + S - 1 before the math of tile it starts.
 
 #include <cmath>
 #include <cstdint>
@@ -84,12 +84,14 @@ __device__ __forceinline__ void write_block_rows(const KVCacheProblem& p, const 
 }
 
 template <typename T, typename Tile>
-__global__ void __launch_bounds__(Tile::kThreads) decode_attention_kernel(const KVCacheProblem p, const DecodeArgs a) {
+__global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
+    decode_attention_kernel(const KVCacheProblem p, const DecodeArgs a) {
   static_assert(sizeof(T) == 2, "tensor-core path: 16-bit storage types only");
   extern __shared__ __align__(128) unsigned char smem[];
+  constexpr int stages = Tile::kStages;
   T* q_smem = reinterpret_cast<T*>(smem);
   T* k_smem = q_smem + Tile::kQElems;
-  T* v_smem = k_smem + Tile::kStages * Tile::kTileElems;
+  T* v_smem = k_smem + stages * Tile::kTileElems;
 
   int64_t bid = blockIdx.x;
   const int row_tile = int(bid % a.row_tiles);
@@ -126,7 +128,7 @@ __global__ void __launch_bounds__(Tile::kThreads) decode_attention_kernel(const 
   const int leftpad = int(seq.leftpad);
   load_q_tile<Tile>(p, a, b, hk, m0, q_smem);
 #pragma unroll
-  for (int s = 0; s < Tile::kStages - 1; ++s) {
+  for (int s = 0; s < stages - 1; ++s) {
     if (tile_lo + s < tile_hi)
       load_kv_tile<Tile>(p, cache_rows, leftpad, tile_lo + s, kv_begin, kv_end, k_smem + s * Tile::kTileElems,
                          v_smem + s * Tile::kTileElems);
@@ -148,22 +150,22 @@ __global__ void __launch_bounds__(Tile::kThreads) decode_attention_kernel(const 
   WarpState<Tile> st;
   st.clear();
 
+  // Buffers of tile it (read) and of tile it + S - 1 (refilled), i.e. it % S and (it + S - 1) % S.
+  int read_buf = 0, fill_buf = stages - 1;
   for (int tile = tile_lo; tile < tile_hi; ++tile) {
-    const int it = tile - tile_lo;
-    ptx::cp_async_wait<Tile::kStages - 2>();
+    ptx::cp_async_wait<stages - 2>();
     __syncthreads();
-    const int ahead = tile + Tile::kStages - 1;
-    if (ahead < tile_hi) {
-      const int buf = (it + Tile::kStages - 1) % Tile::kStages;
-      load_kv_tile<Tile>(p, cache_rows, leftpad, ahead, kv_begin, kv_end, k_smem + buf * Tile::kTileElems,
-                         v_smem + buf * Tile::kTileElems);
-    }
+    const int ahead = tile + stages - 1;
+    if (ahead < tile_hi)
+      load_kv_tile<Tile>(p, cache_rows, leftpad, ahead, kv_begin, kv_end, k_smem + fill_buf * Tile::kTileElems,
+                         v_smem + fill_buf * Tile::kTileElems);
     ptx::cp_async_commit();
-    const int buf = it % Tile::kStages;
     const int n0 = tile * Tile::kBlockN;
     const bool full = n0 >= all_begin && n0 + Tile::kBlockN <= all_end;
-    attend_tile<Tile, T>(q_smem, k_smem + buf * Tile::kTileElems, v_smem + buf * Tile::kTileElems, n0, full, rs, a, rw,
-                         kw, lane, st);
+    attend_tile<Tile, T>(q_smem, k_smem + read_buf * Tile::kTileElems, v_smem + read_buf * Tile::kTileElems, n0, full,
+                         rs, a, rw, kw, lane, st);
+    fill_buf = read_buf;  // (it + S) % S: the buffer just read is the next one refilled
+    read_buf = read_buf + 1 == stages ? 0 : read_buf + 1;
   }
 
   // Epilogue: the staging area overlays Q and K/V, so wait for every copy and every warp's last reads.

@@ -1,8 +1,8 @@
 #pragma once
 
 // Host launch code of the attention kernel for one head-dim bucket, included by attention_d64.cu,
-// attention_d128.cu and attention_d256.cu (one bucket each, so the six instantiations of a bucket compile
-// in their own translation unit). Instantiations: 3 buckets x 3 row shapes x 2 dtypes = 18 kernels.
+// attention_d128.cu and attention_d256.cu (one bucket each, so the eight instantiations of a bucket
+// compile in their own translation unit). Instantiations: 3 buckets x 4 row shapes x 2 dtypes = 24 kernels.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -28,6 +28,9 @@ void with_tile(DType dtype, RowShape shape, F&& f) {
       case RowShape::small:
         f(type, TypeTag<DecodeTile<kHeadDim, row_warps(RowShape::small), key_warps(RowShape::small)>>{});
         return;
+      case RowShape::narrow:
+        f(type, TypeTag<DecodeTile<kHeadDim, row_warps(RowShape::narrow), key_warps(RowShape::narrow)>>{});
+        return;
       case RowShape::medium:
         f(type, TypeTag<DecodeTile<kHeadDim, row_warps(RowShape::medium), key_warps(RowShape::medium)>>{});
         return;
@@ -44,6 +47,7 @@ void with_tile(DType dtype, RowShape shape, F&& f) {
     throw Error(Status::internal, std::string("flashattn: cuda_decode: dtype ") + dtype_name(dtype) + " has no kernel");
 }
 
+// Opts the kernel into its shared memory on `device` and reads its occupancy, once per device.
 template <typename T, typename Tile>
 KernelShape prepare_kernel(int device) {
   static std::mutex mutex;

@@ -60,15 +60,22 @@ namespace {
 // Largest cache position (and key index) the kernels handle in 32-bit arithmetic, with a tile of slack.
 constexpr int64_t kMaxPositions = (int64_t(1) << 31) - 129;
 
-int sm_count(int device) {
+// What the split heuristic and the pipeline depth need to know about a device, read once per device.
+struct DeviceFacts {
+  int sm_count = 0;
+  size_t smem_per_block_optin = 0;
+};
+
+const DeviceFacts& device_facts(int device) {
   static std::mutex mutex;
-  static std::map<int, int> counts;
+  static std::map<int, DeviceFacts> facts;
   std::lock_guard<std::mutex> lock(mutex);
-  auto it = counts.find(device);
-  if (it == counts.end()) {
-    int n = 0;
-    FA_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-    it = counts.emplace(device, n).first;
+  auto it = facts.find(device);
+  if (it == facts.end()) {
+    DeviceFacts f;
+    FA_CUDA_CHECK(cudaDeviceGetAttribute(&f.sm_count, cudaDevAttrMultiProcessorCount, device));
+    f.smem_per_block_optin = max_smem_optin(device);
+    it = facts.emplace(device, f).first;  // std::map: the reference stays valid
   }
   return it->second;
 }
@@ -120,7 +127,7 @@ std::string supports(const KVCacheProblem& p) {
            " rows to append or rotate (at most " + std::to_string(kMaxPositions) + ")";
   const RowShape shape = row_shape(packed_rows(p));
   const size_t smem = decode_smem_bytes(head_dim_bucket(p.head_dim), shape);
-  const size_t limit = max_smem_optin(p.device.index);
+  const size_t limit = device_facts(int(p.device.index)).smem_per_block_optin;
   if (smem > limit)
     return "needs " + std::to_string(smem) + " bytes of shared memory per block, the device allows " +
            std::to_string(limit);
@@ -150,6 +157,7 @@ void run(const KVCacheProblem& p, Stream stream) {
   const int64_t rows = packed_rows(p);
   const int bucket = head_dim_bucket(p.head_dim);
   const RowShape shape = row_shape(rows);
+  const DeviceFacts& facts = device_facts(device);
   const KernelShape ks = prepare_attention(p.dtype, bucket, shape, device);
 
   DecodeArgs a;
@@ -164,7 +172,7 @@ void run(const KVCacheProblem& p, Stream stream) {
   si.max_keys = max_keys(p);
   si.block_n = ks.block_n;
   si.rows = std::min<int64_t>(rows, ks.rows);
-  si.sm_count = sm_count(device);
+  si.sm_count = facts.sm_count;
   si.blocks_per_sm = ks.blocks_per_sm;
   si.requested = p.num_splits;
   a.num_splits = choose_num_splits(si);

@@ -7,9 +7,12 @@
 // streams the kv head's keys once for all of them. Its warps form a kRowWarps x kKeyWarps grid: row warp
 // rw owns rows [16 rw, 16 rw + 16) (one mma.m16n8k16 row tile), key warp kw owns keys
 // [kw * kWarpKeys, (kw + 1) * kWarpKeys) of every K/V tile and keeps its own online-softmax state; the
-// key warps of a row are merged once, in the epilogue. Three shapes cover the row counts:
+// key warps of a row are merged once, in the epilogue. Four shapes cover the row counts:
 //   small  (1 x 4): rows <= 16  (decode with GQA group <= 16): the 4 warps split the keys instead of
 //                   idling on padding rows;
+//   narrow (2 x 2): rows <= 32  (e.g. 8 query tokens x group 4): every warp reads half of each K/V tile
+//                   from shared memory, half as much as 4 row warps would, and no warp computes only
+//                   padding rows;
 //   medium (4 x 1): rows <= 64;
 //   large  (8 x 1): rows <= 128 (e.g. 16 query tokens x group 8); more rows take several row tiles.
 // This header is plain C++: the host reads the same constants to size shared memory and workspaces.
@@ -21,15 +24,17 @@
 
 namespace flashattn::detail::cuda::decode {
 
-enum class RowShape { small, medium, large };
+enum class RowShape { small, narrow, medium, large };
 
 // The shape for `rows` packed query rows.
 constexpr RowShape row_shape(int64_t rows) {
-  return rows <= 16 ? RowShape::small : rows <= 64 ? RowShape::medium : RowShape::large;
+  return rows <= 16 ? RowShape::small : rows <= 32 ? RowShape::narrow : rows <= 64 ? RowShape::medium : RowShape::large;
 }
 
-constexpr int row_warps(RowShape s) { return s == RowShape::small ? 1 : s == RowShape::medium ? 4 : 8; }
-constexpr int key_warps(RowShape s) { return s == RowShape::small ? 4 : 1; }
+constexpr int row_warps(RowShape s) {
+  return s == RowShape::small ? 1 : s == RowShape::narrow ? 2 : s == RowShape::medium ? 4 : 8;
+}
+constexpr int key_warps(RowShape s) { return s == RowShape::small ? 4 : s == RowShape::narrow ? 2 : 1; }
 
 // Head dims are padded to one of three buckets (the padding is zero-filled and never stored).
 constexpr int head_dim_bucket(int64_t head_dim) { return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256; }
@@ -42,26 +47,37 @@ struct DecodeTile {
   static constexpr int kWarps = kRowWarps * kKeyWarps;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kRows = 16 * kRowWarps;
-  // Keys per K/V tile: 64, except 32 for head dim 256 when one warp covers the whole tile (its S
-  // fragment then holds 16 floats instead of 32 next to a 128-float accumulator: no spills).
-  static constexpr int kBlockN = (kHeadDim == 256 && kKeyWarps == 1) ? 32 : 64;
+  // Keys per K/V tile: 64, except 32 for head dim 256 when one or two warps cover the whole tile (a
+  // warp's S fragment then holds at most 16 floats next to a 128-float accumulator: no spills).
+  static constexpr int kBlockN = (kHeadDim == 256 && kKeyWarps <= 2) ? 32 : 64;
   static constexpr int kWarpKeys = kBlockN / kKeyWarps;
   static constexpr int kChunks = kHeadDim / 8;           // 16-byte chunks of a 16-bit row
   static constexpr int kTileElems = kBlockN * kHeadDim;  // one K or one V tile
   static constexpr int kTileBytes = 2 * kTileElems * 2;  // K + V, 16-bit elements
-  // Pipeline depth: about 96 KB of K/V per block, of which kStages - 1 tiles are in flight while one is
-  // consumed: 64 KB in flight at head dim 128, above the ~36 KB per SM that covers HBM latency at full
-  // bandwidth on an H200 (4.8 TB/s x ~1 us / 132 SMs).
+  // Pipeline depth: about 96 KB of K/V per block (3 stages at head dim 128, kStages - 1 tiles in flight
+  // while one is consumed), so that two blocks share an SM and one streams while the other waits at a
+  // barrier. A compile-time constant: a depth chosen per device at run time (deeper where one block has
+  // the SM to itself) measured 0-6% slower on the H200 at the bandwidth-bound shapes (bench/NOTES.md).
   static constexpr int kStages = 98304 / kTileBytes < 2 ? 2 : 98304 / kTileBytes > 4 ? 4 : 98304 / kTileBytes;
   static constexpr int kQElems = kRows * kHeadDim;
+  static constexpr size_t kQBytes = size_t(kQElems) * 2;
   // Epilogue staging (overlays Q and K/V once the main loop is done): per key warp, the unnormalised
   // output rows in fp32 with a row stride padded by 8 floats (float2 stores of a warp spread over all
   // banks), then the running max and sum of every row.
   static constexpr int kOStride = kHeadDim + 8;
-  static constexpr size_t kMainBytes = size_t(kQElems) * 2 + size_t(kStages) * kTileBytes;
   static constexpr size_t kStageOBytes = size_t(kKeyWarps) * kRows * kOStride * 4;
   static constexpr size_t kStatBytes = size_t(kKeyWarps) * kRows * 4;  // one of m, l
   static constexpr size_t kEpilogueBytes = kStageOBytes + 2 * kStatBytes;
+
+  // Blocks that share an SM (H100/H200: 228 KB of shared memory per SM, 1 KB of it
+  // reserved per block), passed to __launch_bounds__ so that registers do not cut that occupancy; but no
+  // more than leave every thread 160 of the SM's 64K registers (below that the 8-warp tiles spill).
+  static constexpr int kSmemBlocksPerSm = int(233472 / (kQBytes + size_t(kStages) * kTileBytes + 1024));
+  static constexpr int kRegBlocksPerSm = 65536 / (kThreads * 160);
+  static constexpr int kBlocksPerSm = kSmemBlocksPerSm < kRegBlocksPerSm ? kSmemBlocksPerSm : kRegBlocksPerSm;
+  static constexpr int kMinBlocksPerSm = kBlocksPerSm < 1 ? 1 : kBlocksPerSm;
+
+  static constexpr size_t kMainBytes = kQBytes + size_t(kStages) * kTileBytes;
   static constexpr size_t kSmemBytes = kMainBytes > kEpilogueBytes ? kMainBytes : kEpilogueBytes;
 
   static_assert(kWarpKeys % 16 == 0, "a key warp takes whole k-steps (16 keys) of the P.V product");
@@ -75,6 +91,7 @@ struct DecodeTile {
 template <int kHeadDim>
 constexpr size_t decode_smem_bytes(RowShape s) {
   return s == RowShape::small    ? DecodeTile<kHeadDim, 1, 4>::kSmemBytes
+         : s == RowShape::narrow ? DecodeTile<kHeadDim, 2, 2>::kSmemBytes
          : s == RowShape::medium ? DecodeTile<kHeadDim, 4, 1>::kSmemBytes
                                  : DecodeTile<kHeadDim, 8, 1>::kSmemBytes;
 }

@@ -15,6 +15,7 @@
 #include "api/problem.h"
 #include "common/kvcache.h"
 #include "cuda/common/ptx.h"
+#include "cuda/decode/cache_rows.h"
 #include "cuda/decode/decode_tile.h"
 
 namespace flashattn::detail::cuda::decode {
@@ -23,47 +24,6 @@ namespace flashattn::detail::cuda::decode {
 template <int kHeadDim>
 __device__ __forceinline__ int swizzled(int row, int chunk) {
   return row * kHeadDim + ((chunk ^ (row & 7)) << 3);
-}
-
-// Element offsets of key position `pos` of kv head hk in the K and V caches. The same address as
-// common/kvcache.h's cache_offset, with the page split done by a FastDivmod instead of a 64-bit division
-// (this runs for every key row of every tile).
-struct CacheRows {
-  int64_t k_batch_stride, v_batch_stride;  // paged: stride between blocks
-  int64_t k_row_stride, v_row_stride;
-  int64_t k_head, v_head;  // hk * head stride
-  int64_t k_seq, v_seq;    // contiguous: cache_row * batch stride
-  const int32_t* table;    // paged: this sequence's row of block_table, else nullptr
-  FastDivmod page;
-
-  __device__ __forceinline__ void offsets(int pos, int64_t* k_off, int64_t* v_off) const {
-    if (table != nullptr) {
-      uint32_t page_index, in_page;
-      page.divmod(uint32_t(pos), &page_index, &in_page);
-      const int64_t block = table[page_index];
-      *k_off = block * k_batch_stride + int64_t(in_page) * k_row_stride + k_head;
-      *v_off = block * v_batch_stride + int64_t(in_page) * v_row_stride + v_head;
-    } else {
-      *k_off = k_seq + int64_t(pos) * k_row_stride + k_head;
-      *v_off = v_seq + int64_t(pos) * v_row_stride + v_head;
-    }
-  }
-};
-
-__device__ __forceinline__ CacheRows make_cache_rows(const KVCacheProblem& p, const CacheSeq& s, int64_t b, int64_t hk,
-                                                     const FastDivmod& page) {
-  CacheRows c;
-  c.k_batch_stride = p.cache.k_batch_stride;
-  c.v_batch_stride = p.cache.v_batch_stride;
-  c.k_row_stride = p.cache.k_row_stride;
-  c.v_row_stride = p.cache.v_row_stride;
-  c.k_head = hk * p.cache.k_head_stride;
-  c.v_head = hk * p.cache.v_head_stride;
-  c.k_seq = s.cache_row * p.cache.k_batch_stride;
-  c.v_seq = s.cache_row * p.cache.v_batch_stride;
-  c.table = p.cache.block_table ? p.cache.block_table + b * p.cache.block_table_stride : nullptr;
-  c.page = page;
-  return c;
 }
 
 // Issues the copies of the block's packed query rows [m0, m0 + kRows) into q_smem (no commit).
@@ -83,27 +43,57 @@ __device__ __forceinline__ void load_q_tile(const KVCacheProblem& p, const Decod
   }
 }
 
+// A hint that pulls the L1 line holding `p` in ahead of its use (no register, no wait). `p` must point
+// into a valid allocation. (Kept here rather than in cuda/common/ptx.h, which this backend does not own.)
+__device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p)); }
+
 // Issues the copies of K/V tile `tile` (keys [tile * kBlockN, +kBlockN) of the sequence's attended keys,
 // at cache positions leftpad + key) into k_smem/v_smem (no commit). Only keys in [kv_begin, kv_end) are
 // read; the others (outside every row's window, or past the sequence, where a page table entry may be
 // garbage) are zero-filled.
 //
-// Thread t copies chunk t % kChunks of rows t / kChunks + pass * (kThreads / kChunks).
+// Thread t copies chunk t % kChunks of rows t / kChunks + pass * (kThreads / kChunks). For a paged
+// cache it first reads the block-table entries of all its rows (independent loads: one round trip per
+// tile; cache_rows.h says why they must come first), then issues the copies; and a few threads prefetch
+// the entries of the next tile into L1 so that its reads hit (a 128-byte line holds 32 entries: 8 tiles
+// of 64 keys at page size 16, half a tile at page size 1).
 template <typename Tile, typename T>
 __device__ __forceinline__ void load_kv_tile(const KVCacheProblem& p, const CacheRows& rows, int leftpad, int tile,
                                              int kv_begin, int kv_end, T* k_smem, T* v_smem) {
   constexpr int kRowsPerPass = Tile::kThreads / Tile::kChunks;
+  constexpr int kPasses = Tile::kBlockN / kRowsPerPass;
   const T* k = static_cast<const T*>(p.cache.k);
   const T* v = static_cast<const T*>(p.cache.v);
   const int c = threadIdx.x % Tile::kChunks;
   const bool chunk_valid = c < int(p.head_dim / 8);
+  const int first_key = tile * Tile::kBlockN + int(threadIdx.x) / Tile::kChunks;
+
+  int32_t block[kPasses];
 #pragma unroll
-  for (int pass = 0; pass < Tile::kBlockN / kRowsPerPass; ++pass) {
-    const int r = threadIdx.x / Tile::kChunks + pass * kRowsPerPass;
-    const int key = tile * Tile::kBlockN + r;
+  for (int pass = 0; pass < kPasses; ++pass) {
+    const int key = first_key + pass * kRowsPerPass;
+    block[pass] = rows.paged() && key >= kv_begin && key < kv_end ? rows.block_of(leftpad + key) : 0;
+  }
+  if (rows.paged() && threadIdx.x < 3) {
+    // Entries of the next tile's first key, 32 entries (one line) later, and its last key, each clamped
+    // to the visible keys: every line of the next tile's entries, and no entry past the sequence.
+    const int next_first = (tile + 1) * Tile::kBlockN > kv_begin ? (tile + 1) * Tile::kBlockN : kv_begin;
+    const int next_last = (tile + 2) * Tile::kBlockN - 1 < kv_end - 1 ? (tile + 2) * Tile::kBlockN - 1 : kv_end - 1;
+    if (next_first <= next_last) {
+      const uint32_t first_page = rows.page_index(leftpad + next_first);
+      const uint32_t last_page = rows.page_index(leftpad + next_last);
+      const uint32_t page = first_page + 32u * threadIdx.x < last_page ? first_page + 32u * threadIdx.x : last_page;
+      prefetch_l1(rows.table + page);
+    }
+  }
+
+#pragma unroll
+  for (int pass = 0; pass < kPasses; ++pass) {
+    const int r = int(threadIdx.x) / Tile::kChunks + pass * kRowsPerPass;
+    const int key = first_key + pass * kRowsPerPass;
     const bool row_valid = key >= kv_begin && key < kv_end;
     int64_t k_off = 0, v_off = 0;
-    if (row_valid) rows.offsets(leftpad + key, &k_off, &v_off);
+    if (row_valid) rows.offsets(leftpad + key, block[pass], &k_off, &v_off);
     // A zero-filling copy reads nothing; it still gets the cache's own base address as its source.
     const bool valid = row_valid && chunk_valid;
     const int dst = swizzled<Tile::kHeadDim>(r, c);

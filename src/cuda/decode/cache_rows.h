@@ -1,0 +1,73 @@
+#pragma once
+
+// Addressing of the key rows of one (sequence, kv head) in the K and V caches: common/kvcache.h's
+// cache_offset, split into what is fixed for a block (strides, the head offset, the sequence's row of
+// the block table) and what depends on the position. Plain C++ (FA_HD), so the host tests can check it
+// against cache_offset for every position.
+//
+// A paged position costs a block-table read. The tile loader reads the entries of all the rows it copies
+// first, as independent loads, and only then issues the copies (block_of, then offsets): a tile costs one
+// memory round trip instead of one per row, because the cp.async instructions carry a memory clobber that
+// keeps the compiler from moving a later row's table read above an earlier row's copy.
+
+#include <cstdint>
+
+#include "api/problem.h"
+#include "common/host_device.h"
+#include "common/kvcache.h"
+#include "cuda/decode/fast_divmod.h"
+
+namespace flashattn::detail::cuda::decode {
+
+struct CacheRows {
+  int64_t k_batch_stride = 0, v_batch_stride = 0;  // paged: stride between blocks
+  int64_t k_row_stride = 0, v_row_stride = 0;
+  int64_t k_head = 0, v_head = 0;  // hk * head stride
+  int64_t k_seq = 0, v_seq = 0;    // contiguous: cache_row * batch stride
+  const int32_t* table = nullptr;  // paged: this sequence's row of block_table, else nullptr
+  FastDivmod page;                 // paged: division by page_size
+
+  FA_HD bool paged() const { return table != nullptr; }
+
+  // Index into `table` of the page holding cache position pos (paged caches).
+  FA_HD uint32_t page_index(int pos) const {
+    uint32_t index, in_page;
+    page.divmod(uint32_t(pos), &index, &in_page);
+    return index;
+  }
+
+  // The block-table entry of cache position pos (paged caches only).
+  FA_HD int32_t block_of(int pos) const { return table[page_index(pos)]; }
+
+  // Element offsets of cache position pos in the K and V caches; `block` is block_of(pos) for a paged
+  // cache and ignored otherwise.
+  FA_HD void offsets(int pos, int32_t block, int64_t* k_off, int64_t* v_off) const {
+    if (paged()) {
+      uint32_t index, in_page;
+      page.divmod(uint32_t(pos), &index, &in_page);
+      *k_off = int64_t(block) * k_batch_stride + int64_t(in_page) * k_row_stride + k_head;
+      *v_off = int64_t(block) * v_batch_stride + int64_t(in_page) * v_row_stride + v_head;
+    } else {
+      *k_off = k_seq + int64_t(pos) * k_row_stride + k_head;
+      *v_off = v_seq + int64_t(pos) * v_row_stride + v_head;
+    }
+  }
+};
+
+FA_HD CacheRows make_cache_rows(const KVCacheProblem& p, const CacheSeq& s, int64_t b, int64_t hk,
+                                const FastDivmod& page) {
+  CacheRows c;
+  c.k_batch_stride = p.cache.k_batch_stride;
+  c.v_batch_stride = p.cache.v_batch_stride;
+  c.k_row_stride = p.cache.k_row_stride;
+  c.v_row_stride = p.cache.v_row_stride;
+  c.k_head = hk * p.cache.k_head_stride;
+  c.v_head = hk * p.cache.v_head_stride;
+  c.k_seq = s.cache_row * p.cache.k_batch_stride;
+  c.v_seq = s.cache_row * p.cache.v_batch_stride;
+  c.table = p.cache.block_table ? p.cache.block_table + b * p.cache.block_table_stride : nullptr;
+  c.page = page;
+  return c;
+}
+
+}  // namespace flashattn::detail::cuda::decode
