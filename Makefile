@@ -1,6 +1,7 @@
 # The two commands of the README:
 #   make bench   set up, build, run flashattn-bench on every backend this machine has
-#   make test    set up, build (CUDA kernels too when nvcc is present), run the C++ and Python tests
+#   make test    set up, build (CUDA kernels too when nvcc is present), run the C++ and Python tests, then
+#                the C++ suite under AddressSanitizer + UBSan and a TEST_FUZZ_TIME-second fuzz run
 # Everything else is a building block of those two.
 
 BUILD ?= build
@@ -33,7 +34,11 @@ test-python: setup
 	$(PY) -m pip install -q --no-build-isolation -C cmake.define.FLASHATTN_CUDA=OFF .
 	$(PY) -m pytest -q tests/python
 
+TEST_FUZZ_TIME ?= 60
+
 test: test-cpp test-python
+	$(MAKE) test-asan
+	$(MAKE) fuzz FUZZ_TIME=$(TEST_FUZZ_TIME)
 
 bench: build
 	./$(BUILD)/tools/bench/flashattn-bench
@@ -43,3 +48,44 @@ format:
 
 clean:
 	rm -rf $(BUILD)
+
+# Sanitizer and fuzzing runs of the CPU code (docs/reliability.md), each in its own build directory,
+# CUDA off. They need Clang with compiler-rt and LLVM's libomp (Debian: clang, libomp-dev): libFuzzer
+# ships with Clang, and libomp is the OpenMP runtime ThreadSanitizer can be told about (Archer).
+#   make test-asan   the C++ suite under AddressSanitizer + UndefinedBehaviorSanitizer
+#   make test-tsan   the C++ suite under ThreadSanitizer (OpenMP synchronisation through Archer)
+#   make fuzz        libFuzzer on the C API for FUZZ_TIME seconds, from the seed corpus
+.PHONY: test-asan test-tsan fuzz
+
+SAN_CXX ?= clang++
+SAN_TEST_FILTER ?= *
+FUZZ_TIME ?= 120
+SAN_CONFIGURE = $(CMAKE) -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV)/bin/ninja) -DCMAKE_CXX_COMPILER=$(SAN_CXX) \
+                -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFLASHATTN_CUDA=OFF -DFLASHATTN_MPI=OFF -DFLASHATTN_BUILD_BENCH=OFF
+ASAN_OPTS = abort_on_error=1:detect_leaks=1:detect_stack_use_after_return=1
+SAN_ENV = UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+          LSAN_OPTIONS=suppressions=$(abspath tests/sanitizers/lsan.supp)
+
+test-asan: setup
+	$(SAN_CONFIGURE) -S . -B build-asan '-DFLASHATTN_SANITIZE=address;undefined'
+	$(CMAKE) --build build-asan -j $(JOBS) --target flashattn_tests
+	ASAN_OPTIONS=$(ASAN_OPTS) $(SAN_ENV) \
+	  ./build-asan/tests/cpp/flashattn_tests --gtest_brief=1 '--gtest_filter=$(SAN_TEST_FILTER)'
+
+test-tsan: setup
+	$(SAN_CONFIGURE) -S . -B build-tsan -DFLASHATTN_SANITIZE=thread
+	$(CMAKE) --build build-tsan -j $(JOBS) --target flashattn_tests
+	OMP_TOOL_LIBRARIES=$$(sed -n 's/^FLASHATTN_ARCHER_LIBRARY:FILEPATH=//p' build-tsan/CMakeCache.txt) \
+	  TSAN_OPTIONS='halt_on_error=1 ignore_noninstrumented_modules=1 second_deadlock_stack=1' \
+	  ./build-tsan/tests/cpp/flashattn_tests --gtest_brief=1 '--gtest_filter=$(SAN_TEST_FILTER)'
+
+# New inputs go to build-fuzz/corpus (tests/fuzz/corpus, the committed seeds, is only read); a failing
+# input is saved as build-fuzz/crash-<sha1> and replays with ./build-fuzz/tests/fuzz/flashattn_fuzz_c_api <file>.
+fuzz: setup
+	$(SAN_CONFIGURE) -S . -B build-fuzz '-DFLASHATTN_SANITIZE=fuzzer;address;undefined' -DFLASHATTN_BUILD_FUZZ=ON \
+	  -DFLASHATTN_BUILD_TESTS=OFF
+	$(CMAKE) --build build-fuzz -j $(JOBS) --target flashattn_fuzz_c_api
+	mkdir -p build-fuzz/corpus
+	ASAN_OPTIONS=$(ASAN_OPTS):allocator_may_return_null=1 $(SAN_ENV) \
+	  ./build-fuzz/tests/fuzz/flashattn_fuzz_c_api -max_total_time=$(FUZZ_TIME) -timeout=30 -print_final_stats=1 \
+	  -artifact_prefix=build-fuzz/ build-fuzz/corpus tests/fuzz/corpus

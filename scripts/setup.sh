@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing flashattn needs on a Debian/Ubuntu machine:
-#   * system packages (compiler, GoogleTest, OpenMP runtime, Open MPI) through apt when missing;
+#   * system packages (compiler, GoogleTest, OpenMP runtime, Open MPI; Clang with its sanitizer runtimes,
+#     libFuzzer and LLVM's libomp for `make test-asan`, `make fuzz` and `make test-tsan`) through apt when
+#     missing;
 #   * a Python virtual environment .venv with pinned build/test tools (requirements-dev.txt).
 # Idempotent: a second run only checks. The CUDA toolkit is optional and never installed here.
 set -euo pipefail
@@ -8,7 +10,7 @@ cd "$(dirname "$0")/.."
 
 need=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-for pkg in g++ libgtest-dev python3-venv openmpi-bin libopenmpi-dev; do
+for pkg in g++ libgtest-dev python3-venv openmpi-bin libopenmpi-dev clang libclang-rt-dev libomp-dev; do
   have_pkg "$pkg" || need+=("$pkg")
 done
 # python3-venv is only needed when the interpreter lacks the venv module (pyenv builds have it).

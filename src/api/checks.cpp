@@ -46,6 +46,17 @@ int64_t max_offset(const Tensor& t) {
   return off;
 }
 
+// Number of elements, or -1 when it does not fit in int64 (possible with zero strides, which keep the
+// offsets small). Tensor::numel() would overflow on such a view.
+int64_t element_count(const Tensor& t) {
+  for (int i = 0; i < t.ndim; ++i)
+    if (t.shape[i] == 0) return 0;
+  int64_t n = 1;
+  for (int i = 0; i < t.ndim; ++i)
+    if (__builtin_mul_overflow(n, t.shape[i], &n)) return -1;
+  return n;
+}
+
 }  // namespace
 
 void ArgChecker::tensor(const Tensor& t, const char* name, int rank, const char* dims) const {
@@ -60,7 +71,8 @@ void ArgChecker::tensor(const Tensor& t, const char* name, int rank, const char*
       fail(name, "non-negative strides", "stride " + std::to_string(t.stride[i]) + " in dim " +
                                              std::to_string(i));
   }
-  int64_t n = t.numel();
+  const int64_t n = element_count(t);
+  if (n < 0) fail(name, "a number of elements that fits in int64", "shape " + shape_string(t));
   if (n > 0 && t.data == nullptr) fail(name, "non-null data for " + std::to_string(n) + " elements", "nullptr");
   if (t.shape[rank - 1] > 1 && t.stride[rank - 1] != 1)
     fail(name, "a contiguous last dim (stride 1)",
@@ -112,6 +124,29 @@ void ArgChecker::contiguous(const Tensor& t, const char* name) const {
       fail(name, "a contiguous tensor", "stride " + std::to_string(t.stride[i]) + " in dim " +
                                            std::to_string(i) + " of shape " + shape_string(t));
     expect *= t.shape[i];
+  }
+}
+
+void ArgChecker::no_self_overlap(const Tensor& t, const char* name) const {
+  // Dims of size > 1 by increasing stride (insertion sort of at most kMaxDims entries).
+  int dims[Tensor::kMaxDims];
+  int n = 0;
+  for (int i = 0; i < t.ndim; ++i) {
+    if (t.shape[i] <= 1) continue;
+    int k = n++;
+    for (; k > 0 && t.stride[dims[k - 1]] > t.stride[i]; --k) dims[k] = dims[k - 1];
+    dims[k] = i;
+  }
+  int64_t span = 1;  // elements covered by the dims inside the current one; offsets fit int64 (tensor())
+  for (int k = 0; k < n; ++k) {
+    const int d = dims[k];
+    if (t.stride[d] < span) {
+      std::string strides;
+      for (int i = 0; i < t.ndim; ++i) strides += (i ? ", " : "") + std::to_string(t.stride[i]);
+      fail(name, "a layout in which no two elements share an address (the call writes it)",
+           "strides [" + strides + "] for shape " + shape_string(t));
+    }
+    span = t.stride[d] * (t.shape[d] - 1) + span;
   }
 }
 

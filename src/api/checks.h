@@ -31,6 +31,9 @@ class ArgChecker {
   void shape(const Tensor& t, const char* name, std::initializer_list<int64_t> expected,
              const char* dims) const;
   void contiguous(const Tensor& t, const char* name) const;  // fully row-major contiguous
+  // For tensors the call writes (from many threads at once): no two elements share an address. Checked
+  // as: sorted by stride, each dim of size > 1 steps past the whole span of the dims inside it.
+  void no_self_overlap(const Tensor& t, const char* name) const;
 
   const char* function() const { return function_; }
 

@@ -41,10 +41,12 @@ int64_t Tensor::numel() const {
   return n;
 }
 
-Tensor Tensor::contiguous(void* data, DType dtype, std::initializer_list<int64_t> shape, Device device) {
-  if (shape.size() == 0 || shape.size() > size_t(kMaxDims))
-    throw Error(Status::invalid_argument, "Tensor::contiguous: shape: expected 1 to 4 dims, got " +
-                                              std::to_string(shape.size()));
+namespace {
+
+Tensor with_shape(const char* fn, void* data, DType dtype, std::initializer_list<int64_t> shape, Device device) {
+  if (shape.size() == 0 || shape.size() > size_t(Tensor::kMaxDims))
+    throw Error(Status::invalid_argument,
+                std::string(fn) + ": shape: expected 1 to 4 dims, got " + std::to_string(shape.size()));
   Tensor t;
   t.data = data;
   t.dtype = dtype;
@@ -52,10 +54,19 @@ Tensor Tensor::contiguous(void* data, DType dtype, std::initializer_list<int64_t
   t.ndim = int(shape.size());
   int i = 0;
   for (int64_t s : shape) t.shape[i++] = s;
+  return t;
+}
+
+}  // namespace
+
+Tensor Tensor::contiguous(void* data, DType dtype, std::initializer_list<int64_t> shape, Device device) {
+  Tensor t = with_shape("Tensor::contiguous", data, dtype, shape, device);
   int64_t stride = 1;
   for (int d = t.ndim - 1; d >= 0; --d) {
     t.stride[d] = stride;
-    stride *= t.shape[d] > 0 ? t.shape[d] : 1;
+    if (d > 0 && __builtin_mul_overflow(stride, t.shape[d] > 0 ? t.shape[d] : 1, &stride))
+      throw Error(Status::invalid_argument, "Tensor::contiguous: shape: expected strides that fit in int64, got " +
+                                                detail::shape_string(t));
   }
   return t;
 }
@@ -65,7 +76,7 @@ Tensor Tensor::strided(void* data, DType dtype, std::initializer_list<int64_t> s
   if (shape.size() != stride.size())
     throw Error(Status::invalid_argument, "Tensor::strided: stride: expected " + std::to_string(shape.size()) +
                                               " strides (one per dim), got " + std::to_string(stride.size()));
-  Tensor t = contiguous(data, dtype, shape, device);
+  Tensor t = with_shape("Tensor::strided", data, dtype, shape, device);
   int i = 0;
   for (int64_t s : stride) t.stride[i++] = s;
   return t;

@@ -15,6 +15,9 @@ BwdProblem make_bwd_problem(const BwdParams& p) {
   check_out_like_q(c, p.dq, "dq", p.q);
   check_like(c, p.dk, "dk", p.k, "k");
   check_like(c, p.dv, "dv", p.v, "v");
+  c.no_self_overlap(p.dq, "dq");
+  c.no_self_overlap(p.dk, "dk");
+  c.no_self_overlap(p.dv, "dv");
   pr.dout = rows_view(p.dout);
   pr.dq = rows_view(p.dq);
   pr.dk = rows_view(p.dk);

@@ -155,8 +155,10 @@ FwdProblem make_fwd_problem(const FwdParams& p) {
   ArgChecker c("flashattn::forward");
   FwdProblem pr = make_fwd_core(c, p);
   check_out_like_q(c, p.out, "out", p.q);
+  c.no_self_overlap(p.out, "out");
   pr.out = rows_view(p.out);
   pr.lse = lse_view(c, p.softmax_lse, pr, /*required=*/false);
+  if (pr.lse.ptr) c.no_self_overlap(p.softmax_lse, "softmax_lse");
   return pr;
 }
 

@@ -1,8 +1,11 @@
 #include <string>
+#include <unordered_map>
+#include <utility>
 
 #include "api/validate.h"
 #include "api/validate_common.h"
 #include "api/validate_fwd_core.h"
+#include "common/kvcache.h"
 
 namespace flashattn::detail {
 
@@ -18,6 +21,21 @@ const int32_t* index_tensor(const ArgChecker& c, const Tensor& t, const char* na
   return static_cast<const int32_t*>(t.data);
 }
 
+// Queries are rotated at cache positions too (common/kvcache.h), which pass the end of the cache when a
+// sequence has more queries than new tokens (a full cache, for instance): the rows they read must exist.
+// `len` is cache_seqlens of sequence b, already checked to lie in [0, capacity - seqlen_new].
+void check_rotary_reach(const ArgChecker& c, const KVCacheProblem& pr, int64_t len, int64_t b) {
+  if (!pr.rotary.cos || pr.seqlen_q == 0) return;
+  const bool consecutive = rotary_q_consecutive(pr.score);
+  const int64_t last = len + (consecutive ? pr.seqlen_q - 1 : 0);
+  if (last >= pr.rotary.seqlen)
+    c.fail("rotary_cos",
+           "at least " + std::to_string(last + 1) + " rows (the last query of sequence " + std::to_string(b) +
+               " is rotated at cache_seqlens[" + std::to_string(b) + "]" + (consecutive ? " + seqlen_q - 1" : "") +
+               " = " + std::to_string(last) + ")",
+           std::to_string(pr.rotary.seqlen) + " rows");
+}
+
 // Host-side checks of the index values, possible only when they live on the CPU.
 void check_index_values(const ArgChecker& c, const KVCacheParams& p, const KVCacheProblem& pr) {
   auto at = [](const int32_t* v, int64_t stride, int64_t i) { return v[i * stride]; };
@@ -27,12 +45,13 @@ void check_index_values(const ArgChecker& c, const KVCacheParams& p, const KVCac
     bs.append(std::to_string(b)).append("]");
     int64_t len = pr.cache_seqlens ? at(pr.cache_seqlens, p.cache_seqlens.stride[0], b)
                                    : pr.cache_seqlens_scalar;
-    if (len < 0 || len + pr.seqlen_new > pr.cache.capacity)
+    if (len < 0 || len > pr.cache.capacity - pr.seqlen_new)  // (len + seqlen_new could overflow)
       c.fail("cache_seqlens" + bs,
              "a length in [0, " + std::to_string(pr.cache.capacity - pr.seqlen_new) +
                  "] (cache capacity " + std::to_string(pr.cache.capacity) + " minus " +
                  std::to_string(pr.seqlen_new) + " new tokens)",
              std::to_string(len));
+    check_rotary_reach(c, pr, len, b);
     if (pr.cache_batch_idx) {
       int64_t idx = at(pr.cache_batch_idx, p.cache_batch_idx.stride[0], b);
       if (idx < 0 || idx >= pr.cache.batches)
@@ -46,13 +65,60 @@ void check_index_values(const ArgChecker& c, const KVCacheParams& p, const KVCac
                std::to_string(pad));
     }
     if (pr.cache.paged()) {
-      int64_t pages = (len + pr.seqlen_new + pr.cache.page_size - 1) / pr.cache.page_size;
+      const int64_t end = len + pr.seqlen_new;  // <= capacity, checked above
+      const int64_t pages = end / pr.cache.page_size + (end % pr.cache.page_size != 0);
       for (int64_t i = 0; i < pages; ++i) {
         int64_t blk = pr.cache.block_table[b * pr.cache.block_table_stride + i * p.block_table.stride[1]];
         if (blk < 0 || blk >= pr.cache.num_blocks)
           c.fail("block_table" + bs + "[" + std::to_string(i) + "]",
                  "a block index in [0, " + std::to_string(pr.cache.num_blocks) + ")", std::to_string(blk));
       }
+    }
+  }
+}
+
+// New tokens are written in place by all sequences at once, so a cache slot they go to must not be used
+// by any other position of the call: otherwise the result depends on the order of concurrent writes and
+// reads. Contiguous caches: the sequences' cache rows must be distinct. Paged caches: a page written to
+// must appear once among the pages the call attends to (checked per page, like block_table itself).
+void check_append_targets(const ArgChecker& c, const KVCacheParams& p, const KVCacheProblem& pr) {
+  if (pr.seqlen_new == 0) return;
+  auto at = [](const int32_t* v, int64_t stride, int64_t i) { return int64_t(v[i * stride]); };
+  if (!pr.cache.paged()) {
+    if (!pr.cache_batch_idx) return;  // sequence b uses row b
+    std::unordered_map<int64_t, int64_t> user;  // cache row -> sequence
+    for (int64_t b = 0; b < pr.batch; ++b) {
+      const int64_t row = at(pr.cache_batch_idx, p.cache_batch_idx.stride[0], b);
+      const auto [it, fresh] = user.emplace(row, b);
+      if (!fresh)
+        c.fail("cache_batch_idx[" + std::to_string(b) + "]", "distinct cache rows when k_new/v_new are appended",
+               "row " + std::to_string(row) + ", also used by sequence " + std::to_string(it->second));
+    }
+    return;
+  }
+  const int64_t page = pr.cache.page_size;
+  auto block = [&](int64_t b, int64_t i) {
+    return at(pr.cache.block_table, 1, b * pr.cache.block_table_stride + i * p.block_table.stride[1]);
+  };
+  auto name = [](int64_t b, int64_t i) { return "block_table[" + std::to_string(b) + "][" + std::to_string(i) + "]"; };
+  auto seqlen = [&](int64_t b) {
+    return pr.cache_seqlens ? at(pr.cache_seqlens, p.cache_seqlens.stride[0], b) : pr.cache_seqlens_scalar;
+  };
+  std::unordered_map<int64_t, std::pair<int64_t, int64_t>> written;  // block -> (sequence, page index)
+  for (int64_t b = 0; b < pr.batch; ++b) {
+    const int64_t len = seqlen(b);
+    for (int64_t i = len / page; i <= (len + pr.seqlen_new - 1) / page; ++i)
+      written.emplace(block(b, i), std::pair{b, i});
+  }
+  for (int64_t b = 0; b < pr.batch; ++b) {
+    const int64_t first = pr.cache_leftpad ? at(pr.cache_leftpad, p.cache_leftpad.stride[0], b) : 0;
+    for (int64_t i = first / page; i <= (seqlen(b) + pr.seqlen_new - 1) / page; ++i) {
+      const auto it = written.find(block(b, i));
+      if (it != written.end() && it->second != std::pair{b, i})
+        c.fail(name(b, i),
+               "a block no other page of the call uses, since k_new/v_new are written to block " +
+                   std::to_string(it->first) + " through " + name(it->second.first, it->second.second),
+               "block " + std::to_string(it->first));
     }
   }
 }
@@ -111,7 +177,9 @@ KVCacheProblem make_kvcache_problem(const KVCacheParams& p) {
     cv.block_table_stride = p.block_table.stride[0];
     cv.page_size = rows1;
     cv.num_blocks = rows0;
-    cv.capacity = p.block_table.shape[1] * rows1;
+    if (__builtin_mul_overflow(p.block_table.shape[1], rows1, &cv.capacity))
+      c.fail("block_table", "max_blocks_per_seq * page_size (cache capacity) that fits in int64",
+             "shape " + shape_string(p.block_table) + " with page_size " + std::to_string(rows1));
   } else {
     cv.batches = rows0;
     cv.capacity = rows1;
@@ -127,6 +195,8 @@ KVCacheProblem make_kvcache_problem(const KVCacheParams& p) {
     c.shape(p.k_new, "k_new", {pr.batch, pr.seqlen_new, pr.heads_k, pr.head_dim},
             "(batch, seqlen_new, heads_k, head_dim)");
     check_like(c, p.v_new, "v_new", p.k_new, "k_new");
+    c.no_self_overlap(p.k_cache, "k_cache");
+    c.no_self_overlap(p.v_cache, "v_cache");
     pr.k_new = rows_view(p.k_new);
     pr.v_new = rows_view(p.v_new);
   }
@@ -153,11 +223,12 @@ KVCacheProblem make_kvcache_problem(const KVCacheParams& p) {
     c.device(p.rotary_cos, "rotary_cos", pr.device, "q");
     check_like(c, p.rotary_sin, "rotary_sin", p.rotary_cos, "rotary_cos");
     RotaryParams& r = pr.rotary;
-    r.dim = 2 * p.rotary_cos.shape[1];
-    r.seqlen = p.rotary_cos.shape[0];
-    if (r.dim <= 0 || r.dim > pr.head_dim)
+    // Checked before doubling it, which could overflow.
+    if (p.rotary_cos.shape[1] <= 0 || p.rotary_cos.shape[1] > pr.head_dim / 2)
       c.fail("rotary_cos", "rotary_dim / 2 in [1, head_dim / 2 = " + std::to_string(pr.head_dim / 2) + "] (dim 1)",
              std::to_string(p.rotary_cos.shape[1]));
+    r.dim = 2 * p.rotary_cos.shape[1];
+    r.seqlen = p.rotary_cos.shape[0];
     if (r.seqlen < cv.capacity)
       c.fail("rotary_cos", "at least " + std::to_string(cv.capacity) + " rows (one per cache position)",
              std::to_string(r.seqlen) + " rows");
@@ -173,6 +244,7 @@ KVCacheProblem make_kvcache_problem(const KVCacheParams& p) {
   pr.num_splits = p.num_splits;
 
   check_out_like_q(c, p.out, "out", p.q);
+  c.no_self_overlap(p.out, "out");
   pr.q = rows_view(p.q);
   pr.out = rows_view(p.out);
   if (p.softmax_lse.present()) {
@@ -180,9 +252,19 @@ KVCacheProblem make_kvcache_problem(const KVCacheParams& p) {
     c.shape(p.softmax_lse, "softmax_lse", {pr.batch, pr.heads, pr.seqlen_q}, "(batch, heads, seqlen_q)");
     c.dtype(p.softmax_lse, "softmax_lse", DType::f32);
     c.device(p.softmax_lse, "softmax_lse", pr.device, "q");
+    c.no_self_overlap(p.softmax_lse, "softmax_lse");
     pr.lse = LseView{static_cast<float*>(p.softmax_lse.data), p.softmax_lse.stride[0], p.softmax_lse.stride[1]};
   }
-  if (pr.device.type == DeviceType::cpu) check_index_values(c, p, pr);
+  if (pr.device.type == DeviceType::cpu) {
+    check_index_values(c, p, pr);
+    check_append_targets(c, p, pr);
+  } else if (!pr.cache_seqlens && pr.batch > 0) {
+    // A scalar length is on the host whatever the device: its bounds can be checked without a sync.
+    if (pr.cache_seqlens_scalar < 0 || pr.cache_seqlens_scalar > cv.capacity - pr.seqlen_new)
+      c.fail("cache_seqlens", "a length in [0, " + std::to_string(cv.capacity - pr.seqlen_new) + "]",
+             std::to_string(pr.cache_seqlens_scalar));
+    check_rotary_reach(c, pr, pr.cache_seqlens_scalar, 0);
+  }
   return pr;
 }
 

@@ -145,13 +145,16 @@ void decode_block(const AttnCall& c, const AttnSeq& s, const DecodeRow& row, con
     x[b] = select(seen, x[b], neg_infinity());
     block_max = max(block_max, x[b]);
   }
+  // m stays -inf until a finite score is seen (std::max keeps its first operand against a NaN); then 0 is
+  // subtracted instead, as in the tiled engine, so that exp2 gives 0 for -inf scores and NaN for NaN ones.
   const float m_new = std::max(*m, reduce_max(block_max));
-  const float alpha = std::exp2(*m - m_new);
+  const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+  const float alpha = std::exp2(*m - m_use);
   const uint32_t threshold = dropout_threshold(c.dropout.p);
   alignas(64) float probs[kDecodeBlock];
   VecF sum = zeros();
   for (int64_t b = 0; b < subs; ++b) {
-    VecF p = exp2(x[b] - splat(m_new));
+    VecF p = exp2(x[b] - splat(m_use));
     sum = sum + p;
     if (c.dropout_on()) {
       LaneMask keep = 0;
@@ -227,16 +230,17 @@ void finish_decode_impl(const AttnCall& c, const AttnSeq& s, const DecodePartial
   for (int64_t r = 0; r < R; ++r) {
     float m = -INFINITY;
     for (int64_t k = 0; k < n; ++k) m = std::max(m, parts[k].m[r]);
+    const float m_use = m == -INFINITY ? 0.0f : m;
     float l = 0.0f;
     std::fill(w.merged, w.merged + D, 0.0f);
-    if (m > -INFINITY) {
-      for (int64_t k = 0; k < n; ++k) {
-        if (parts[k].l[r] == 0.0f) continue;
-        const float f = std::exp2(parts[k].m[r] - m);
-        l += parts[k].l[r] * f;
-        const float* acc = parts[k].acc + r * parts[k].acc_stride;
-        for (int64_t d = 0; d < D; ++d) w.merged[d] += acc[d] * f;
-      }
+    // A partial with l == 0 saw no key; one with l NaN saw a NaN score and must make the row NaN (its
+    // factor may be 0, and NaN * 0 stays NaN).
+    for (int64_t k = 0; k < n; ++k) {
+      if (parts[k].l[r] == 0.0f) continue;
+      const float f = std::exp2(parts[k].m[r] - m_use);
+      l += parts[k].l[r] * f;
+      const float* acc = parts[k].acc + r * parts[k].acc_stride;
+      for (int64_t d = 0; d < D; ++d) w.merged[d] += acc[d] * f;
     }
     write_output_row<DT>(c, s, r / c.group, s.hk * c.group + r % c.group, w.merged, m, l);
   }

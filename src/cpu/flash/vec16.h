@@ -133,11 +133,15 @@ FLASH_INLINE void transpose16(VecF* r) {
   }
 }
 
-// 2^x with |relative error| < 2^-23 on [-150, 128]; x below -150 gives 0 (so exp2(-inf) == 0).
+// 2^x with |relative error| < 2^-23 on [-150, 128]; x below -150 gives 0 (so exp2(-inf) == 0), x above
+// 128 gives inf (so exp2(inf) == inf), and NaN gives NaN (a NaN score must reach the output, not vanish).
 // x = n + f with n an integer and |f| <= 1/2; 2^f by its Taylor series to degree 7 (truncation error
 // (ln2 / 2)^8 / 8! ~ 5e-9), then 2^n applied exactly by vscalefps.
 FLASH_INLINE VecF exp2(VecF x) {
-  x.v = _mm512_max_ps(x.v, _mm512_set1_ps(-151.0f));
+  // The clamps keep n and f finite; vmaxps/vminps return their second operand when either is NaN, so
+  // x goes second to carry a NaN through.
+  x.v = _mm512_max_ps(_mm512_set1_ps(-151.0f), x.v);
+  x.v = _mm512_min_ps(_mm512_set1_ps(129.0f), x.v);
   const __m512 n = _mm512_roundscale_ps(x.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 f = _mm512_sub_ps(x.v, n);
   __m512 p = _mm512_set1_ps(1.5252733804059838e-05f);

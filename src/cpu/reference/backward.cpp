@@ -49,7 +49,6 @@ void backward(const BwdProblem& p, Stream) {
           }
           for (int64_t j = begin; j < end; ++j) {
             const double ds = probs[i * r.sk + j] * (dp[j] - row_dot) * mod.dlogit_dqk(qk[i * r.sk + j]);
-            if (ds == 0.0) continue;
             for (int64_t d = 0; d < D; ++d) {
               dq[i * D + d] += ds * in.k[j * D + d];
               dk[j * D + d] += ds * in.q[i * D + d];

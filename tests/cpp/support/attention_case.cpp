@@ -106,7 +106,8 @@ HostTensor lse_shape(const AttnInputs& in) {
 
 }  // namespace
 
-FwdOutputs run_forward(const AttnInputs& in, const std::string& backend, Device device, std::optional<DType> compute) {
+FwdOutputs run_forward(const AttnInputs& in, const std::string& backend, Device device, std::optional<DType> compute,
+                       flashattn::Stream stream) {
   const DType dt = compute.value_or(in.cfg.dtype);
   Uploaded u = upload(in, device, dt);
   HostTensor out(dt, in.q.shape()), lse = lse_shape(in);
@@ -117,12 +118,12 @@ FwdOutputs run_forward(const AttnInputs& in, const std::string& backend, Device 
   fill_fwd_params(p, in, u, backend);
   p.out = d_out.view();
   p.softmax_lse = d_lse.view();
-  flashattn::forward(p);
+  flashattn::forward(p, stream);
   return FwdOutputs{d_out.download(), d_lse.download()};
 }
 
 BwdOutputs run_backward(const AttnInputs& in, const FwdOutputs& fwd, const std::string& backend, Device device,
-                        bool deterministic, std::optional<DType> compute) {
+                        bool deterministic, std::optional<DType> compute, flashattn::Stream stream) {
   const DType dt = compute.value_or(in.cfg.dtype);
   Uploaded u = upload(in, device, dt);
   DeviceTensor d_out(fwd.out.as(dt), device), d_lse(fwd.lse, device), d_dout(in.dout.as(dt), device);
@@ -140,7 +141,7 @@ BwdOutputs run_backward(const AttnInputs& in, const FwdOutputs& fwd, const std::
   p.dk = d_dk.view();
   p.dv = d_dv.view();
   p.deterministic = deterministic;
-  flashattn::backward(p);
+  flashattn::backward(p, stream);
   return BwdOutputs{d_dq.download(), d_dk.download(), d_dv.download()};
 }
 

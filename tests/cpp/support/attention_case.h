@@ -49,10 +49,12 @@ struct BwdOutputs {
 
 // Runs forward/backward of `backend` on `device`: inputs are copied there, outputs are poisoned first
 // and copied back. `compute` overrides the dtype of q/k/v/out (used to run the reference in fp32).
+// `stream` is the CUDA stream of the call (the copies stay synchronous).
 FwdOutputs run_forward(const AttnInputs& in, const std::string& backend, Device device,
-                       std::optional<DType> compute = std::nullopt);
+                       std::optional<DType> compute = std::nullopt, flashattn::Stream stream = nullptr);
 BwdOutputs run_backward(const AttnInputs& in, const FwdOutputs& fwd, const std::string& backend,
-                        Device device, bool deterministic = false, std::optional<DType> compute = std::nullopt);
+                        Device device, bool deterministic = false, std::optional<DType> compute = std::nullopt,
+                        flashattn::Stream stream = nullptr);
 
 // The fp64 oracle: cpu_reference on inputs upcast to f32 (exact), outputs in f32.
 FwdOutputs reference_forward(const AttnInputs& in);

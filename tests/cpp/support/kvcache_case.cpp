@@ -93,7 +93,7 @@ KVInputs make_kv_inputs(const KVConfig& c, uint64_t seed) {
   return in;
 }
 
-KVOutputs run_kvcache(const KVInputs& in, const std::string& backend, Device device) {
+KVOutputs run_kvcache(const KVInputs& in, const std::string& backend, Device device, flashattn::Stream stream) {
   const KVConfig& c = in.cfg;
   DeviceTensor q(in.q, device), kc(in.k_cache, device), vc(in.v_cache, device), kn(in.k_new, device),
       vn(in.v_new, device), cos(in.rotary_cos, device), sin(in.rotary_sin, device), alibi(in.alibi, device),
@@ -126,7 +126,7 @@ KVOutputs run_kvcache(const KVInputs& in, const std::string& backend, Device dev
   p.options.softcap = c.softcap;
   p.options.backend = backend;
   p.num_splits = c.num_splits;
-  flashattn::forward_kvcache(p);
+  flashattn::forward_kvcache(p, stream);
   return KVOutputs{d_out.download(), d_lse.download(), kc.download(), vc.download()};
 }
 

@@ -43,7 +43,8 @@ struct KVOutputs {
   HostTensor out, lse, k_cache, v_cache;  // caches after the call
 };
 
-KVOutputs run_kvcache(const KVInputs& in, const std::string& backend, Device device);
+KVOutputs run_kvcache(const KVInputs& in, const std::string& backend, Device device,
+                      flashattn::Stream stream = nullptr);
 
 // The oracle: the reference's updated cache gathered into an equivalent varlen problem, with queries
 // rotated in fp64; `naive` the same problem in the storage dtype.

@@ -1,0 +1,206 @@
+// Calls that used to reach undefined behaviour (signed overflow in validation) or data races (parallel
+// writes to one address), found by the sanitizer runs and the fuzzer of docs/reliability.md. Each is now
+// rejected with invalid_argument and a message before anything is written; the valid neighbours of the
+// new checks still run.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <string>
+
+#include "attention_case.h"
+#include "kvcache_case.h"
+
+namespace fa_test {
+namespace {
+
+using flashattn::Status;
+
+void expect_invalid(const std::function<void()>& call, const std::string& arg, const std::string& expected) {
+  try {
+    call();
+    ADD_FAILURE() << "expected " << arg << ": " << expected;
+  } catch (const flashattn::Error& e) {
+    EXPECT_EQ(e.status(), Status::invalid_argument) << e.what();
+    EXPECT_NE(std::string(e.what()).find(arg + ": expected " + expected), std::string::npos) << e.what();
+  }
+}
+
+bool all_nan(const HostTensor& t) {
+  for (int64_t i = 0; i < t.numel(); ++i)
+    if (!std::isnan(t.get(i))) return false;
+  return true;
+}
+
+// A valid dense call (B 2, Sq 5, Sk 7, H 4, Hk 2, D 16) with poisoned outputs; tests break one thing.
+struct DenseCall {
+  AttnInputs in = make_inputs(
+      [] {
+        AttnConfig c;
+        c.batch = 2, c.seqlen_q = 5, c.seqlen_k = 7, c.heads = 4, c.heads_k = 2, c.head_dim = 16;
+        return c;
+      }(),
+      21);
+  HostTensor out{in.cfg.dtype, in.q.shape()}, lse{DType::f32, {2, 4, 5}};
+  HostTensor dq{in.cfg.dtype, in.q.shape()}, dk{in.cfg.dtype, in.k.shape()}, dv{in.cfg.dtype, in.v.shape()};
+  flashattn::BwdParams p;
+
+  DenseCall() {
+    for (HostTensor* t : {&out, &lse, &dq, &dk, &dv}) t->poison();
+    p.q = in.q.view(), p.k = in.k.view(), p.v = in.v.view(), p.dout = in.dout.view();
+    p.out = out.view(), p.softmax_lse = lse.view(), p.dq = dq.view(), p.dk = dk.view(), p.dv = dv.view();
+  }
+  bool untouched() const { return all_nan(out) && all_nan(lse) && all_nan(dq) && all_nan(dk) && all_nan(dv); }
+};
+
+TEST(ValidationHardening, ElementCountBeyondInt64IsRejected) {
+  // Zero strides keep every offset small while the element count overflows: Tensor::numel() used to.
+  DenseCall c;
+  c.p.q = Tensor::strided(c.in.q.data(), c.in.cfg.dtype, {int64_t(1) << 40, int64_t(1) << 40, 4, 16}, {0, 0, 16, 1});
+  expect_invalid([&] { flashattn::forward(c.p); }, "q", "a number of elements that fits in int64");
+  EXPECT_TRUE(c.untouched());
+}
+
+TEST(ValidationHardening, OutputsWithSharedAddressesAreRejected) {
+  DenseCall c;
+  c.p.out.stride[1] = 0;  // every query row of a batch entry written to the same place
+  expect_invalid([&] { flashattn::forward(c.p); }, "out", "a layout in which no two elements share an address");
+  DenseCall b;
+  b.p.dk.stride[2] = 8;  // the two kv heads overlap by half a row
+  expect_invalid([&] { flashattn::backward(b.p); }, "dk", "a layout in which no two elements share an address");
+  EXPECT_TRUE(c.untouched() && b.untouched());
+  DenseCall ok;
+  ok.p.q.stride[1] = 0;  // an input may repeat elements (a broadcast query)
+  EXPECT_NO_THROW(flashattn::forward(ok.p));
+}
+
+// A valid KV-cache call: by default two new tokens per sequence, contiguous or paged.
+KVConfig cache_config(bool paged, bool batch_idx = false) {
+  KVConfig c;
+  c.dtype = DType::f32;
+  c.batch = 2, c.seqlen_q = 1, c.heads = 4, c.heads_k = 2, c.head_dim = 16, c.capacity = 32;
+  c.page_size = paged ? 8 : 0;
+  c.batch_idx = batch_idx;
+  c.cache_seqlens = {9, 20};
+  c.seqlen_new = 2;
+  return c;
+}
+
+struct CacheCall {
+  KVInputs in;
+  HostTensor out, lse;
+  flashattn::KVCacheParams p;
+
+  explicit CacheCall(bool paged, bool batch_idx = false) : CacheCall(cache_config(paged, batch_idx)) {}
+  explicit CacheCall(const KVConfig& c) {
+    in = make_kv_inputs(c, 22);
+    out = HostTensor(c.dtype, in.q.shape());
+    lse = HostTensor(DType::f32, {c.batch, c.heads, c.seqlen_q});
+    out.poison();
+    lse.poison();
+    p.q = in.q.view(), p.k_cache = in.k_cache.view(), p.v_cache = in.v_cache.view();
+    p.k_new = in.k_new.view(), p.v_new = in.v_new.view(), p.out = out.view(), p.softmax_lse = lse.view();
+    p.cache_seqlens = in.cache_seqlens.view(), p.block_table = in.block_table.view();
+    p.cache_batch_idx = in.cache_batch_idx.view();
+    p.rotary_cos = in.rotary_cos.view(), p.rotary_sin = in.rotary_sin.view();
+    p.options.causal = c.causal;
+  }
+};
+
+TEST(ValidationHardening, AppendingTwoSequencesIntoOneCacheRowIsRejected) {
+  CacheCall c(/*paged=*/false, /*batch_idx=*/true);
+  c.in.cache_batch_idx.i32()[1] = c.in.cache_batch_idx.i32()[0];
+  const KVInputs before = c.in;
+  expect_invalid([&] { flashattn::forward_kvcache(c.p); }, "cache_batch_idx[1]",
+                 "distinct cache rows when k_new/v_new are appended");
+  EXPECT_EQ(std::memcmp(c.in.k_cache.data(), before.k_cache.data(), c.in.k_cache.nbytes()), 0);
+  EXPECT_TRUE(all_nan(c.out));
+  c.p.k_new = c.p.v_new = Tensor();  // reading one row for two sequences is fine
+  EXPECT_NO_THROW(flashattn::forward_kvcache(c.p));
+}
+
+TEST(ValidationHardening, AppendingIntoAPageAnotherSequenceUsesIsRejected) {
+  CacheCall c(/*paged=*/true);
+  int32_t* table = c.in.block_table.i32();  // (2, 4): sequence 0 writes positions 9, 10 (its page 1)
+  table[4 + 0] = table[1];                  // sequence 1 reads that page as its page 0
+  expect_invalid([&] { flashattn::forward_kvcache(c.p); }, "block_table[1][0]",
+                 "a block no other page of the call uses, since k_new/v_new are written to block " +
+                     std::to_string(table[1]) + " through block_table[0][1]");
+  EXPECT_TRUE(all_nan(c.out));
+  CacheCall shared_prefix(/*paged=*/true);
+  int32_t* t2 = shared_prefix.in.block_table.i32();
+  t2[4 + 0] = t2[0];  // page 0 (positions 0..7) shared: neither sequence writes to it
+  EXPECT_NO_THROW(flashattn::forward_kvcache(shared_prefix.p));
+}
+
+TEST(ValidationHardening, CacheLengthsNearInt64MaxAreRejected) {
+  CacheCall c(/*paged=*/false);
+  c.p.cache_seqlens = Tensor();
+  c.p.cache_seqlens_scalar = std::numeric_limits<int64_t>::max();  // + 2 new tokens used to overflow
+  expect_invalid([&] { flashattn::forward_kvcache(c.p); }, "cache_seqlens[0]", "a length in [0, 30]");
+}
+
+TEST(ValidationHardening, PagedCapacityBeyondInt64IsRejected) {
+  // An empty batch keeps every tensor empty, so only the capacity (max_blocks * page_size) can overflow.
+  CacheCall c(/*paged=*/true);
+  const int64_t huge = int64_t(1) << 40;
+  c.p.q = Tensor::contiguous(nullptr, DType::f32, {0, 1, 4, 16});
+  c.p.out = Tensor::contiguous(nullptr, DType::f32, {0, 1, 4, 16});
+  c.p.softmax_lse = Tensor();
+  c.p.k_new = c.p.v_new = c.p.cache_seqlens = Tensor();
+  c.p.block_table = Tensor::contiguous(nullptr, DType::i32, {0, huge});
+  c.p.k_cache = c.p.v_cache = Tensor::contiguous(nullptr, DType::f32, {0, huge, 2, 16});
+  expect_invalid([&] { flashattn::forward_kvcache(c.p); }, "block_table",
+                 "max_blocks_per_seq * page_size (cache capacity) that fits in int64");
+}
+
+TEST(ValidationHardening, RotaryWidthIsCheckedBeforeItIsDoubled) {
+  CacheCall c(/*paged=*/false);
+  c.p.rotary_cos = c.p.rotary_sin = Tensor::contiguous(nullptr, DType::f32, {0, int64_t(1) << 62});
+  expect_invalid([&] { flashattn::forward_kvcache(c.p); }, "rotary_cos", "rotary_dim / 2 in [1, head_dim / 2 = 8]");
+}
+
+TEST(ValidationHardening, RotaryTableMustReachEveryQueryPosition) {
+  // Queries are rotated at cache_seqlens + i (causal): with a full cache and no new tokens they pass the
+  // end of a table of `capacity` rows, which used to be read out of bounds.
+  KVConfig k = cache_config(/*paged=*/false);
+  k.seqlen_new = 0, k.seqlen_q = 3, k.causal = true, k.rotary_dim = 8, k.cache_seqlens = {32, 5};
+  CacheCall c(k);
+  expect_invalid([&] { flashattn::forward_kvcache(c.p); }, "rotary_cos",
+                 "at least 35 rows (the last query of sequence 0 is rotated at cache_seqlens[0] + seqlen_q - 1 = 34)");
+  EXPECT_TRUE(all_nan(c.out));
+  k.seqlen_q = 1, k.causal = false, k.cache_seqlens = {31, 5};  // position 31: the last row
+  CacheCall ok(k);
+  EXPECT_NO_THROW(flashattn::forward_kvcache(ok.p));
+}
+
+TEST(ValidationHardening, ScalarCacheLengthIsCheckedOnEveryDevice) {
+  // A scalar length lives on the host, so it is checked for CUDA tensors too (whose index tensors are not
+  // read). Only validation runs here: a build without CUDA has no backend for CUDA tensors, so the views'
+  // host memory is never touched; with CUDA compiled in, an accepted call would launch on it.
+  if (flashattn::built_with_cuda()) GTEST_SKIP() << "needs a build without CUDA backends";
+  KVConfig k = cache_config(/*paged=*/false);
+  k.seqlen_new = 0, k.seqlen_q = 1, k.rotary_dim = 8;
+  CacheCall c(k);
+  for (Tensor* t : {&c.p.q, &c.p.k_cache, &c.p.v_cache, &c.p.out, &c.p.softmax_lse, &c.p.rotary_cos, &c.p.rotary_sin})
+    t->device = flashattn::Device::cuda(0);
+  c.p.cache_seqlens = Tensor();
+  c.p.cache_seqlens_scalar = -1;  // the whole cache: the query is rotated at position 32, past the table
+  expect_invalid([&] { flashattn::forward_kvcache(c.p); }, "rotary_cos",
+                 "at least 33 rows (the last query of sequence 0 is rotated at cache_seqlens[0] = 32)");
+  c.p.cache_seqlens_scalar = 40;
+  expect_invalid([&] { flashattn::forward_kvcache(c.p); }, "cache_seqlens", "a length in [0, 32]");
+  c.p.cache_seqlens_scalar = 31;
+  try {
+    flashattn::forward_kvcache(c.p);
+    ADD_FAILURE() << "no backend should run CUDA tensors in this build";
+  } catch (const flashattn::Error& e) {
+    EXPECT_EQ(e.status(), Status::unsupported) << e.what();  // valid: only the dispatch refuses it
+  }
+}
+
+}  // namespace
+}  // namespace fa_test
