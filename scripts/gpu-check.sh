@@ -5,7 +5,7 @@
 #   2. PyTorch comparison of the prefill kernels (bench/compare_torch.py: SDPA flash and cuDNN),
 #   3. the decode benchmark (bench/decode_bench.py),
 #   4. flashattn-bench: the seed's table and a sweep of the CUDA ladder,
-#   5. compute-sanitizer memcheck and racecheck on the reduced smoke suite,
+#   5. compute-sanitizer memcheck, racecheck, synccheck and initcheck on the reduced smoke suite,
 #   6. the Python package's torch tests,
 #   7. summary.md (device, date, commit, commands, failed steps) for bench/results/.
 #
@@ -97,14 +97,14 @@ if wants bench; then
     --json "$OUT/bench_sweep.json"
 fi
 if wants sanitizer; then
-  half=$((limit[sanitizer] / 2))
-  for tool in memcheck racecheck; do
-    step "sanitizer-$tool" "$half" compute-sanitizer --tool "$tool" --error-exitcode 99 \
+  quarter=$((limit[sanitizer] / 4))
+  for tool in memcheck racecheck synccheck initcheck; do
+    step "sanitizer-$tool" "$quarter" compute-sanitizer --tool "$tool" --error-exitcode 99 \
       "$TESTS" --gtest_filter='*GpuSmoke*' --gtest_brief=1
   done
 fi
 if wants python && [ -n "$wheel" ]; then
-  step python-tests "${limit[python]}" python3 -m pytest -q -x -p no:cacheprovider tests/python/test_torch_attention.py \
+  step python-tests "${limit[python]}" python3 -m pytest -q -p no:cacheprovider tests/python/test_torch_attention.py \
     tests/python/test_torch_kvcache.py tests/python/test_torch_transformers.py
 fi
 

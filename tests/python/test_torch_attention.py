@@ -20,6 +20,7 @@ from torch_support import (  # noqa: E402
 )
 
 import flashattn  # noqa: E402
+import flashattn._torch_ops  # noqa: E402,F401  (registers torch.ops.flashattn.*; flash_attn_func imports it lazily)
 
 CASES = {
     "plain_d64": dict(b=2, sq=128, sk=128, h=4, hk=4, d=64),
@@ -207,16 +208,20 @@ def _cuda_or_skip(dtype=torch.bfloat16):
     return q
 
 
-def test_opcheck_custom_ops():
-    _cuda_or_skip()
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+def test_opcheck_custom_ops(device):
+    if device == "cuda":
+        _cuda_or_skip()
     gen = torch.Generator().manual_seed(4)
-    q, k, v = (torch.randn(2, 64, 4, 64, generator=gen).to("cuda", torch.bfloat16).requires_grad_()
+    q, k, v = (torch.randn(2, 64, 4, 64, generator=gen).to(device, torch.bfloat16).requires_grad_()
                for _ in range(3))
     fwd_args = (q, k, v, None, None, 0, 0, 0.0, None, True, -1, -1, 0.0, None, None, False)
     torch.library.opcheck(torch.ops.flashattn.fwd.default, fwd_args)
     out, lse = torch.ops.flashattn.fwd(*fwd_args)
-    bwd_args = (torch.randn_like(out), q.detach(), k.detach(), v.detach(), out.detach(), lse, None, None, 0, 0,
-                0.0, None, True, -1, -1, 0.0, None, None, False)
+    # The backward op has no autograd formula of its own (no double backward, as in flash-attn): its
+    # inputs are plain tensors, as autograd hands them to it.
+    bwd_args = (torch.randn_like(out), q.detach(), k.detach(), v.detach(), out.detach(), lse.detach(), None, None,
+                0, 0, 0.0, None, True, -1, -1, 0.0, None, None, False)
     torch.library.opcheck(torch.ops.flashattn.bwd.default, bwd_args)
 
 

@@ -50,7 +50,10 @@ def check_against_reference(inputs, dtype, **options):
     )  # fmt: skip
     tol = {torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 3e-2}[dtype]
     torch.testing.assert_close(out.double().cpu(), torch.from_numpy(ref_out), rtol=0, atol=tol)
-    torch.testing.assert_close(lse.double().cpu(), torch.from_numpy(ref_lse), rtol=0, atol=1e-3)
+    # The reference rotates q and k in float64; the kernels store rotated values in the dtype (as
+    # flash-attn does), so rotary cases differ in the LSE by about one rounding of the scores.
+    lse_tol = {torch.float32: 1e-4, torch.float16: 1e-3, torch.bfloat16: 4e-3}[dtype]
+    torch.testing.assert_close(lse.double().cpu(), torch.from_numpy(ref_lse), rtol=0, atol=lse_tol)
     # New tokens are stored exactly (rotated ones to within one rounding of the dtype).
     torch.testing.assert_close(args["k_cache"].double().cpu(), torch.from_numpy(ref_k), rtol=0, atol=tol)
     torch.testing.assert_close(args["v_cache"].double().cpu(), torch.from_numpy(ref_v), rtol=0, atol=0)
