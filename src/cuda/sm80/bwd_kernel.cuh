@@ -33,7 +33,8 @@
 
 namespace flashattn::detail::cuda::sm80 {
 
-template <typename T, int kHeadDim, BwdPass kPass>
+// kGeneral = false: no dropout, softcap or ALiBi in the call (as in bwd_tiled_kernel.cuh).
+template <typename T, int kHeadDim, BwdPass kPass, bool kGeneral>
 __global__ void __launch_bounds__(BwdMainloop<T, kHeadDim, kPass>::kThreads, 1)
     bwd_kernel(const __grid_constant__ BwdArgs args) {
   using Main = BwdMainloop<T, kHeadDim, kPass>;
@@ -149,29 +150,51 @@ __global__ void __launch_bounds__(BwdMainloop<T, kHeadDim, kPass>::kThreads, 1)
     // Element (f, e): key warp_key0 + g + 8 (e / 2), query m0 + 8 f + 2 t + e % 2 (mask.cuh). Padding
     // query rows (>= sq) are masked too: their LSE was zero-filled, so P must not be trusted there.
     const bool needs_mask = valid_q < kBlockM || !tile_fully_visible(mask, m0, m0 + kBlockM - 1, n0, n0 + kBlockN - 1);
+    if constexpr (!kGeneral) {
+      const float scale_log2 = args.s.scale_log2, scale = p.score.softmax_scale;
 #pragma unroll
-    for (int f = 0; f < kQFrags; ++f) {
-      const uint32_t keep = args.s.dropout ? keep_bits_transposed(p.dropout, args.s.drop_threshold, b, h, p.heads,
-                                                                  warp_key0, m0 + 8 * f, lane)
-                                           : 0u;
+      for (int f = 0; f < kQFrags; ++f)
 #pragma unroll
-      for (int qb = 0; qb < 2; ++qb) {
-        const int q_local = 8 * f + 2 * t + qb;
-        const int64_t query = m0 + q_local;
-        const float lse2 = lse[q_local] * kLog2e;
-        const float d_row = Main::kDoDK ? dsum[q_local] : 0.0f;
-        const RelRange vis = needs_mask ? visible_rel(mask, query, warp_key0, 16) : RelRange{0, 16};
-        const int64_t diag = mask.diagonal(query);
+        for (int qb = 0; qb < 2; ++qb) {
+          const int q_local = 8 * f + 2 * t + qb;
+          const float lse2 = lse[q_local] * kLog2e;
+          const float d_row = Main::kDoDK ? dsum[q_local] : 0.0f;
+          const RelRange vis = needs_mask ? visible_rel(mask, m0 + q_local, warp_key0, 16) : RelRange{0, 16};
 #pragma unroll
-        for (int kh = 0; kh < 2; ++kh) {
-          const int e = 2 * kh + qb;
-          const int key_local = g + 8 * kh;
-          const float qk = s[f][e];
-          float prob = ptx::exp2_approx(score.logit2(qk, diag - (warp_key0 + key_local)) - lse2);
-          if (key_local < vis.begin || key_local >= vis.end) prob = 0.0f;
-          const float z = args.s.dropout ? (kept_transposed(keep, e, lane) ? args.s.keep_scale : 0.0f) : 1.0f;
-          s[f][e] = prob * z;
-          if constexpr (Main::kDoDK) dp[f][e] = prob * (dp[f][e] * z - d_row) * score.dlogit(qk);
+          for (int kh = 0; kh < 2; ++kh) {
+            const int e = 2 * kh + qb;
+            const int key_local = g + 8 * kh;
+            float prob = ptx::exp2_approx(s[f][e] * scale_log2 - lse2);
+            if (key_local < vis.begin || key_local >= vis.end) prob = 0.0f;
+            s[f][e] = prob;
+            if constexpr (Main::kDoDK) dp[f][e] = prob * (dp[f][e] - d_row) * scale;
+          }
+        }
+    } else {
+#pragma unroll
+      for (int f = 0; f < kQFrags; ++f) {
+        const uint32_t keep = args.s.dropout ? keep_bits_transposed(p.dropout, args.s.drop_threshold, b, h, p.heads,
+                                                                    warp_key0, m0 + 8 * f, lane)
+                                             : 0u;
+#pragma unroll
+        for (int qb = 0; qb < 2; ++qb) {
+          const int q_local = 8 * f + 2 * t + qb;
+          const int64_t query = m0 + q_local;
+          const float lse2 = lse[q_local] * kLog2e;
+          const float d_row = Main::kDoDK ? dsum[q_local] : 0.0f;
+          const RelRange vis = needs_mask ? visible_rel(mask, query, warp_key0, 16) : RelRange{0, 16};
+          const int64_t diag = mask.diagonal(query);
+#pragma unroll
+          for (int kh = 0; kh < 2; ++kh) {
+            const int e = 2 * kh + qb;
+            const int key_local = g + 8 * kh;
+            const float qk = s[f][e];
+            float prob = ptx::exp2_approx(score.logit2(qk, diag - (warp_key0 + key_local)) - lse2);
+            if (key_local < vis.begin || key_local >= vis.end) prob = 0.0f;
+            const float z = args.s.dropout ? (kept_transposed(keep, e, lane) ? args.s.keep_scale : 0.0f) : 1.0f;
+            s[f][e] = prob * z;
+            if constexpr (Main::kDoDK) dp[f][e] = prob * (dp[f][e] * z - d_row) * score.dlogit(qk);
+          }
         }
       }
     }
@@ -229,7 +252,8 @@ void launch_bwd_pass(const BwdArgs& args, cudaStream_t stream) {
   using Main = BwdMainloop<T, kHeadDim, kPass>;
   const int64_t blocks = int64_t(args.num_n_blocks) * args.p.heads_k * args.p.batch;
   if (blocks == 0) return;
-  auto kernel = bwd_kernel<T, kHeadDim, kPass>;
+  const bool general = args.s.dropout || args.p.score.softcap != 0.0f || args.p.score.alibi_slopes != nullptr;
+  auto kernel = general ? bwd_kernel<T, kHeadDim, kPass, true> : bwd_kernel<T, kHeadDim, kPass, false>;
   allow_dynamic_smem(kernel, Main::kSmemBytes, args.p.device.index, "sm80 backward");
   kernel<<<grid_1d(blocks, "sm80 backward"), Main::kThreads, Main::kSmemBytes, stream>>>(args);
   FA_CUDA_CHECK_LAUNCH("sm80 backward kernel");

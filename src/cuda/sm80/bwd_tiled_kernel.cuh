@@ -46,7 +46,11 @@ __device__ __forceinline__ void atomic_add2(float* dst, float a, float b) {
 #endif
 }
 
-template <typename T, int kHeadDim>
+// kGeneral = false: the call has no dropout, no softcap and no ALiBi (the host checks), so phase 1's
+// element-wise step is P = exp2(qk scale log2e - LSE log2e), dS = P (dP - D) scale, without the per-element
+// feature selects and Philox replay. Profiling (bench/results/2026-12-02-h200-ncu/) showed the backward
+// issuing twice FA2's instructions, most of them in this element-wise code.
+template <typename T, int kHeadDim, bool kGeneral>
 __global__ void __launch_bounds__(BwdTiled<T, kHeadDim>::kThreads, 1)
     bwd_tiled_kernel(const __grid_constant__ BwdArgs args) {
   using Main = BwdTiled<T, kHeadDim>;
@@ -186,22 +190,36 @@ __global__ void __launch_bounds__(BwdTiled<T, kHeadDim>::kThreads, 1)
           lse2[half] = lse[q_local] * kLog2e;
           d_row[half] = dsum[q_local];
           vis[half] = needs_mask ? visible_rel(mask(), m0 + q_local, warp_key0, Main::kSdpN) : RelRange{0, Main::kSdpN};
-          rel_diag[half] = int(mask().diagonal(m0 + q_local) - warp_key0);
+          if constexpr (kGeneral) rel_diag[half] = int(mask().diagonal(m0 + q_local) - warp_key0);
         }
+        if constexpr (!kGeneral) {
+          const float scale_log2 = args.s.scale_log2, scale = p.score.softmax_scale;
 #pragma unroll
-        for (int f = 0; f < kSdpNF; ++f) {
-          const uint32_t keep = args.s.dropout ? keep_bits_rowmajor(p.dropout, args.s.drop_threshold, b, h, p.heads,
-                                                                    m0 + row0 + 16 * mf, warp_key0 + 8 * f, lane)
-                                               : 0u;
+          for (int f = 0; f < kSdpNF; ++f)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int half = e >> 1, k = 8 * f + 2 * t + (e & 1);
-            const float qk = s[mf][f][e];
-            float prob = ptx::exp2_approx(score.logit2(qk, rel_diag[half] - k) - lse2[half]);
-            if (k < vis[half].begin || k >= vis[half].end) prob = 0.0f;
-            const float z = args.s.dropout ? (kept_rowmajor(keep, e, lane) ? args.s.keep_scale : 0.0f) : 1.0f;
-            s[mf][f][e] = prob * z;
-            dp[mf][f][e] = prob * (dp[mf][f][e] * z - d_row[half]) * score.dlogit(qk);
+            for (int e = 0; e < 4; ++e) {
+              const int half = e >> 1, k = 8 * f + 2 * t + (e & 1);
+              float prob = ptx::exp2_approx(s[mf][f][e] * scale_log2 - lse2[half]);
+              if (k < vis[half].begin || k >= vis[half].end) prob = 0.0f;
+              s[mf][f][e] = prob;
+              dp[mf][f][e] = prob * (dp[mf][f][e] - d_row[half]) * scale;
+            }
+        } else {
+#pragma unroll
+          for (int f = 0; f < kSdpNF; ++f) {
+            const uint32_t keep = args.s.dropout ? keep_bits_rowmajor(p.dropout, args.s.drop_threshold, b, h, p.heads,
+                                                                      m0 + row0 + 16 * mf, warp_key0 + 8 * f, lane)
+                                                 : 0u;
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int half = e >> 1, k = 8 * f + 2 * t + (e & 1);
+              const float qk = s[mf][f][e];
+              float prob = ptx::exp2_approx(score.logit2(qk, rel_diag[half] - k) - lse2[half]);
+              if (k < vis[half].begin || k >= vis[half].end) prob = 0.0f;
+              const float z = args.s.dropout ? (kept_rowmajor(keep, e, lane) ? args.s.keep_scale : 0.0f) : 1.0f;
+              s[mf][f][e] = prob * z;
+              dp[mf][f][e] = prob * (dp[mf][f][e] * z - d_row[half]) * score.dlogit(qk);
+            }
           }
         }
         store_acc<T, STile>(sp, s[mf], row0 + 16 * mf, sdp_n0, one, lane);
@@ -271,7 +289,8 @@ void launch_bwd_tiled(const BwdArgs& args, cudaStream_t stream) {
   using Main = BwdTiled<T, kHeadDim>;
   const int64_t blocks = int64_t(args.num_n_blocks) * args.p.heads_k * args.p.batch;
   if (blocks == 0) return;
-  auto kernel = bwd_tiled_kernel<T, kHeadDim>;
+  const bool general = args.s.dropout || args.p.score.softcap != 0.0f || args.p.score.alibi_slopes != nullptr;
+  auto kernel = general ? bwd_tiled_kernel<T, kHeadDim, true> : bwd_tiled_kernel<T, kHeadDim, false>;
   allow_dynamic_smem(kernel, Main::kSmemBytes, args.p.device.index, "sm80 backward");
   kernel<<<grid_1d(blocks, "sm80 backward"), Main::kThreads, Main::kSmemBytes, stream>>>(args);
   FA_CUDA_CHECK_LAUNCH("sm80 backward kernel");
