@@ -1,7 +1,8 @@
 # The two commands of the README:
 #   make bench   set up, build, run flashattn-bench on every backend this machine has
 #   make test    set up, build (CUDA kernels too when nvcc is present), run the C++ and Python tests, then
-#                the C++ suite under AddressSanitizer + UBSan and a TEST_FUZZ_TIME-second fuzz run
+#                the C++ suite under AddressSanitizer + UBSan and under ThreadSanitizer, and a
+#                TEST_FUZZ_TIME-second fuzz run
 # Everything else is a building block of those two.
 
 BUILD ?= build
@@ -38,6 +39,7 @@ TEST_FUZZ_TIME ?= 60
 
 test: test-cpp test-python
 	$(MAKE) test-asan
+	$(MAKE) test-tsan
 	$(MAKE) fuzz FUZZ_TIME=$(TEST_FUZZ_TIME)
 
 bench: build
