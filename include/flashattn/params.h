@@ -30,8 +30,8 @@ struct AttentionOptions {
 // Varlen layout (cu_seqlens_q/k present): q (total_q, H, D), k/v (total_k, Hk, D).
 struct FwdParams {
   Tensor q, k, v;
-  Tensor out;          // written: same shape and dtype as q
-  Tensor softmax_lse;  // optional, written: fp32 (B, H, Sq) dense, (H, total_q) varlen; natural log
+  Tensor out;                         // written: same shape and dtype as q
+  Tensor softmax_lse;                 // optional, written: fp32 (B, H, Sq) dense, (H, total_q) varlen; natural log
   Tensor cu_seqlens_q, cu_seqlens_k;  // int32 (B + 1), both or neither
   int64_t max_seqlen_q = 0, max_seqlen_k = 0;  // varlen only: upper bounds of the per-sequence lengths
   AttentionOptions options;
@@ -60,13 +60,13 @@ struct KVCacheParams {
   Tensor q;
   Tensor k_cache, v_cache;  // updated in place when k_new/v_new are given
   Tensor k_new, v_new;
-  Tensor out;          // written: like q
-  Tensor softmax_lse;  // optional, written: fp32 (B, H, Sq)
-  Tensor cache_seqlens;  // int32 (B); absent means cache_seqlens_scalar for every sequence
+  Tensor out;                         // written: like q
+  Tensor softmax_lse;                 // optional, written: fp32 (B, H, Sq)
+  Tensor cache_seqlens;               // int32 (B); absent means cache_seqlens_scalar for every sequence
   int64_t cache_seqlens_scalar = -1;  // used when cache_seqlens is absent; -1 means the whole cache
-  Tensor cache_batch_idx;  // int32 (B): cache row of each batch entry (contiguous caches only)
-  Tensor cache_leftpad;    // int32 (B): first valid cache position of each sequence
-  Tensor block_table;      // int32 (B, max_blocks): paged cache
+  Tensor cache_batch_idx;             // int32 (B): cache row of each batch entry (contiguous caches only)
+  Tensor cache_leftpad;               // int32 (B): first valid cache position of each sequence
+  Tensor block_table;                 // int32 (B, max_blocks): paged cache
   Tensor rotary_cos, rotary_sin;
   bool rotary_interleaved = true;
   AttentionOptions options;

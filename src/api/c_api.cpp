@@ -16,17 +16,17 @@ flashattn::Tensor to_tensor(const flashattn_tensor& t, const char* name) {
   flashattn::Tensor out;
   if (t.ndim == 0) return out;
   if (t.ndim < 0 || t.ndim > flashattn::Tensor::kMaxDims)
-    throw flashattn::Error(flashattn::Status::invalid_argument,
-                           std::string("flashattn C API: ") + name + ": expected ndim in [0, 4], got " +
-                               std::to_string(t.ndim));
+    throw flashattn::Error(
+        flashattn::Status::invalid_argument,
+        std::string("flashattn C API: ") + name + ": expected ndim in [0, 4], got " + std::to_string(t.ndim));
   if (t.dtype < FLASHATTN_F32 || t.dtype > FLASHATTN_I32)
-    throw flashattn::Error(flashattn::Status::invalid_argument,
-                           std::string("flashattn C API: ") + name + ": expected a dtype code in [0, 4], got " +
-                               std::to_string(t.dtype));
+    throw flashattn::Error(
+        flashattn::Status::invalid_argument,
+        std::string("flashattn C API: ") + name + ": expected a dtype code in [0, 4], got " + std::to_string(t.dtype));
   if (t.device_type != FLASHATTN_CPU && t.device_type != FLASHATTN_CUDA)
-    throw flashattn::Error(flashattn::Status::invalid_argument,
-                           std::string("flashattn C API: ") + name + ": expected device_type 0 (cpu) or 1 (cuda), got " +
-                               std::to_string(t.device_type));
+    throw flashattn::Error(flashattn::Status::invalid_argument, std::string("flashattn C API: ") + name +
+                                                                    ": expected device_type 0 (cpu) or 1 (cuda), got " +
+                                                                    std::to_string(t.device_type));
   out.data = t.data;
   out.dtype = static_cast<flashattn::DType>(t.dtype);
   out.device = {static_cast<flashattn::DeviceType>(t.device_type), t.device_index};

@@ -25,8 +25,7 @@ std::string shape_string(const Tensor& t) {
   return s.str();
 }
 
-void ArgChecker::fail(const std::string& arg, const std::string& expected,
-                      const std::string& got) const {
+void ArgChecker::fail(const std::string& arg, const std::string& expected, const std::string& got) const {
   throw Error(Status::invalid_argument,
               std::string(function_) + ": " + arg + ": expected " + expected + ", got " + got);
 }
@@ -62,21 +61,17 @@ int64_t element_count(const Tensor& t) {
 void ArgChecker::tensor(const Tensor& t, const char* name, int rank, const char* dims) const {
   if (!t.present()) fail(name, std::string("a tensor ") + dims, "none");
   if (t.ndim != rank)
-    fail(name, std::to_string(rank) + " dims " + dims,
-         std::to_string(t.ndim) + " dims " + shape_string(t));
+    fail(name, std::to_string(rank) + " dims " + dims, std::to_string(t.ndim) + " dims " + shape_string(t));
   for (int i = 0; i < t.ndim; ++i) {
-    if (t.shape[i] < 0)
-      fail(name, "non-negative sizes", "shape " + shape_string(t));
+    if (t.shape[i] < 0) fail(name, "non-negative sizes", "shape " + shape_string(t));
     if (t.stride[i] < 0)
-      fail(name, "non-negative strides", "stride " + std::to_string(t.stride[i]) + " in dim " +
-                                             std::to_string(i));
+      fail(name, "non-negative strides", "stride " + std::to_string(t.stride[i]) + " in dim " + std::to_string(i));
   }
   const int64_t n = element_count(t);
   if (n < 0) fail(name, "a number of elements that fits in int64", "shape " + shape_string(t));
   if (n > 0 && t.data == nullptr) fail(name, "non-null data for " + std::to_string(n) + " elements", "nullptr");
   if (t.shape[rank - 1] > 1 && t.stride[rank - 1] != 1)
-    fail(name, "a contiguous last dim (stride 1)",
-         "stride " + std::to_string(t.stride[rank - 1]));
+    fail(name, "a contiguous last dim (stride 1)", "stride " + std::to_string(t.stride[rank - 1]));
   int64_t off = max_offset(t);
   int64_t bytes;
   if (off < 0 || __builtin_mul_overflow(off + 1, int64_t(dtype_size(t.dtype)), &bytes))
@@ -97,8 +92,7 @@ void ArgChecker::float_dtype(const Tensor& t, const char* name) const {
 
 void ArgChecker::same_dtype(const Tensor& t, const char* name, DType expected, const char* of) const {
   if (t.dtype != expected)
-    fail(name, std::string("dtype ") + dtype_name(expected) + " (same as " + of + ")",
-         dtype_name(t.dtype));
+    fail(name, std::string("dtype ") + dtype_name(expected) + " (same as " + of + ")", dtype_name(t.dtype));
 }
 
 void ArgChecker::device(const Tensor& t, const char* name, Device expected, const char* of) const {
@@ -121,8 +115,8 @@ void ArgChecker::contiguous(const Tensor& t, const char* name) const {
   int64_t expect = 1;
   for (int i = t.ndim - 1; i >= 0; --i) {
     if (t.shape[i] > 1 && t.stride[i] != expect)
-      fail(name, "a contiguous tensor", "stride " + std::to_string(t.stride[i]) + " in dim " +
-                                           std::to_string(i) + " of shape " + shape_string(t));
+      fail(name, "a contiguous tensor",
+           "stride " + std::to_string(t.stride[i]) + " in dim " + std::to_string(i) + " of shape " + shape_string(t));
     expect *= t.shape[i];
   }
 }

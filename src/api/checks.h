@@ -17,8 +17,7 @@ class ArgChecker {
  public:
   explicit ArgChecker(const char* function) : function_(function) {}
 
-  [[noreturn]] void fail(const std::string& arg, const std::string& expected,
-                         const std::string& got) const;
+  [[noreturn]] void fail(const std::string& arg, const std::string& expected, const std::string& got) const;
 
   // The tensor must be present, have `rank` dims (named by `dims`, e.g. "(batch, seqlen_q, heads,
   // head_dim)"), non-negative sizes, a contiguous last dim, non-null data when non-empty, element
@@ -28,8 +27,7 @@ class ArgChecker {
   void float_dtype(const Tensor& t, const char* name) const;  // f32, f16 or bf16
   void same_dtype(const Tensor& t, const char* name, DType expected, const char* of) const;
   void device(const Tensor& t, const char* name, Device expected, const char* of) const;
-  void shape(const Tensor& t, const char* name, std::initializer_list<int64_t> expected,
-             const char* dims) const;
+  void shape(const Tensor& t, const char* name, std::initializer_list<int64_t> expected, const char* dims) const;
   void contiguous(const Tensor& t, const char* name) const;  // fully row-major contiguous
   // For tensors the call writes (from many threads at once): no two elements share an address. Checked
   // as: sorted by stride, each dim of size > 1 steps past the whole span of the dims inside it.

@@ -81,9 +81,8 @@ void dispatch(const Problem& p, const std::string& forced, Stream stream) {
     }
     std::string names;
     for (const Backend& b : registry()) names += std::string(names.empty() ? "" : ", ") + b.name;
-    throw Error(Status::invalid_argument, std::string("flashattn::") + verb +
-                                              ": options.backend: expected one of {" + names + "}, got '" +
-                                              forced + "'");
+    throw Error(Status::invalid_argument, std::string("flashattn::") + verb + ": options.backend: expected one of {" +
+                                              names + "}, got '" + forced + "'");
   }
   std::string reasons;
   for (const Backend& b : registry()) {

@@ -32,18 +32,16 @@ struct LseView {
   int64_t batch_stride = 0;
   int64_t head_stride = 0;
 
-  FA_HD int64_t offset(int64_t b, int64_t row, int64_t h) const {
-    return b * batch_stride + h * head_stride + row;
-  }
+  FA_HD int64_t offset(int64_t b, int64_t row, int64_t h) const { return b * batch_stride + h * head_stride + row; }
 };
 
 // The logits transform and mask of one call, shared by every backend (see common/score.h).
 struct ScoreParams {
   float softmax_scale = 1.0f;
-  float softcap = 0.0f;  // 0: off
-  bool causal = false;   // informational: causal is already folded into window_right = 0
-  int64_t window_left = -1;   // < 0: unbounded
-  int64_t window_right = -1;  // < 0: unbounded
+  float softcap = 0.0f;                 // 0: off
+  bool causal = false;                  // informational: causal is already folded into window_right = 0
+  int64_t window_left = -1;             // < 0: unbounded
+  int64_t window_right = -1;            // < 0: unbounded
   const float* alibi_slopes = nullptr;  // on the call's device
   int64_t alibi_batch_stride = 0;       // 0 when slopes are (H)
 };

@@ -7,14 +7,14 @@ const std::vector<Backend>& registry() {
   // production path, and is chosen only when nothing else supports a call.
   static const std::vector<Backend> backends = {
 #if defined(FLASHATTN_WITH_CUDA)
-      cuda_sm80_backend(),
-      cuda_decode_backend(),
-      cuda_fa2_simt_backend(),
-      cuda_fa1_simt_backend(),
-      cuda_naive_backend(),
+    cuda_sm80_backend(),
+    cuda_decode_backend(),
+    cuda_fa2_simt_backend(),
+    cuda_fa1_simt_backend(),
+    cuda_naive_backend(),
 #endif
-      cpu_flash_backend(),
-      cpu_reference_backend(),
+    cpu_flash_backend(),
+    cpu_reference_backend(),
   };
   return backends;
 }

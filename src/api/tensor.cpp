@@ -9,22 +9,32 @@ namespace flashattn {
 
 const char* dtype_name(DType d) {
   switch (d) {
-    case DType::f32: return "f32";
-    case DType::f16: return "f16";
-    case DType::bf16: return "bf16";
-    case DType::fp8_e4m3: return "fp8_e4m3";
-    case DType::i32: return "i32";
+    case DType::f32:
+      return "f32";
+    case DType::f16:
+      return "f16";
+    case DType::bf16:
+      return "bf16";
+    case DType::fp8_e4m3:
+      return "fp8_e4m3";
+    case DType::i32:
+      return "i32";
   }
   return "unknown";
 }
 
 int dtype_size(DType d) {
   switch (d) {
-    case DType::f32: return 4;
-    case DType::f16: return 2;
-    case DType::bf16: return 2;
-    case DType::fp8_e4m3: return 1;
-    case DType::i32: return 4;
+    case DType::f32:
+      return 4;
+    case DType::f16:
+      return 2;
+    case DType::bf16:
+      return 2;
+    case DType::fp8_e4m3:
+      return 1;
+    case DType::i32:
+      return 4;
   }
   return 1;
 }
@@ -65,8 +75,8 @@ Tensor Tensor::contiguous(void* data, DType dtype, std::initializer_list<int64_t
   for (int d = t.ndim - 1; d >= 0; --d) {
     t.stride[d] = stride;
     if (d > 0 && __builtin_mul_overflow(stride, t.shape[d] > 0 ? t.shape[d] : 1, &stride))
-      throw Error(Status::invalid_argument, "Tensor::contiguous: shape: expected strides that fit in int64, got " +
-                                                detail::shape_string(t));
+      throw Error(Status::invalid_argument,
+                  "Tensor::contiguous: shape: expected strides that fit in int64, got " + detail::shape_string(t));
   }
   return t;
 }

@@ -1,6 +1,6 @@
 #include "api/validate.h"
-#include "api/validate_fwd_core.h"
 #include "api/validate_common.h"
+#include "api/validate_fwd_core.h"
 
 namespace flashattn::detail {
 

@@ -12,17 +12,15 @@ void check_head_dim(const ArgChecker& c, const char* name, int64_t head_dim) {
 
 void check_heads(const ArgChecker& c, int64_t heads, int64_t heads_k, const char* k_name) {
   if (heads_k <= 0 || heads % heads_k != 0)
-    c.fail(k_name,
-           "heads_k dividing the query heads (" + std::to_string(heads) + ") for GQA/MQA",
+    c.fail(k_name, "heads_k dividing the query heads (" + std::to_string(heads) + ") for GQA/MQA",
            "heads_k = " + std::to_string(heads_k));
 }
 
-ScoreParams make_score_params(const ArgChecker& c, const AttentionOptions& o, int64_t batch,
-                              int64_t heads, int64_t head_dim, Device device) {
+ScoreParams make_score_params(const ArgChecker& c, const AttentionOptions& o, int64_t batch, int64_t heads,
+                              int64_t head_dim, Device device) {
   ScoreParams s;
   if (o.softmax_scale.has_value()) {
-    if (!std::isfinite(*o.softmax_scale))
-      c.fail("softmax_scale", "a finite value", std::to_string(*o.softmax_scale));
+    if (!std::isfinite(*o.softmax_scale)) c.fail("softmax_scale", "a finite value", std::to_string(*o.softmax_scale));
     s.softmax_scale = *o.softmax_scale;
   } else {
     s.softmax_scale = float(1.0 / std::sqrt(double(head_dim)));
@@ -30,10 +28,8 @@ ScoreParams make_score_params(const ArgChecker& c, const AttentionOptions& o, in
   if (!(o.softcap >= 0.0f) || !std::isfinite(o.softcap))
     c.fail("softcap", "a finite value >= 0 (0 disables it)", std::to_string(o.softcap));
   s.softcap = o.softcap;
-  if (o.window_left < -1)
-    c.fail("window_size[0] (left)", "-1 (unbounded) or >= 0", std::to_string(o.window_left));
-  if (o.window_right < -1)
-    c.fail("window_size[1] (right)", "-1 (unbounded) or >= 0", std::to_string(o.window_right));
+  if (o.window_left < -1) c.fail("window_size[0] (left)", "-1 (unbounded) or >= 0", std::to_string(o.window_left));
+  if (o.window_right < -1) c.fail("window_size[1] (right)", "-1 (unbounded) or >= 0", std::to_string(o.window_right));
   s.causal = o.causal;
   s.window_left = o.window_left;
   s.window_right = o.causal ? 0 : o.window_right;

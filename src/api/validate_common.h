@@ -16,8 +16,8 @@ void check_head_dim(const ArgChecker& c, const char* name, int64_t head_dim);
 void check_heads(const ArgChecker& c, int64_t heads, int64_t heads_k, const char* k_name);
 
 // Validates softmax_scale, window, softcap and ALiBi slopes and returns them normalised.
-ScoreParams make_score_params(const ArgChecker& c, const AttentionOptions& o, int64_t batch,
-                              int64_t heads, int64_t head_dim, Device device);
+ScoreParams make_score_params(const ArgChecker& c, const AttentionOptions& o, int64_t batch, int64_t heads,
+                              int64_t head_dim, Device device);
 
 // A (rows, heads, dim) view of a 4-dim dense (B, S, H, D) or 3-dim varlen (total, H, D) tensor.
 RowsView rows_view(const Tensor& t);

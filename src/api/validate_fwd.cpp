@@ -10,8 +10,8 @@ namespace {
 
 // Checks the values of cu_seqlens on the host: starts at 0, non-decreasing, ends at `total`, and no
 // sequence longer than `max_seqlen`.
-void check_cu_seqlens_values(const ArgChecker& c, const Tensor& cu, const char* name, int64_t total,
-                             int64_t max_seqlen, const char* max_name) {
+void check_cu_seqlens_values(const ArgChecker& c, const Tensor& cu, const char* name, int64_t total, int64_t max_seqlen,
+                             const char* max_name) {
   const int32_t* v = static_cast<const int32_t*>(cu.data);
   int64_t n = cu.shape[0];
   if (v[0] != 0) c.fail(name, "cu_seqlens[0] == 0", std::to_string(v[0]));
@@ -117,15 +117,13 @@ void check_out_like_q(const ArgChecker& c, const Tensor& t, const char* name, co
   if (!same) c.fail(name, "shape " + shape_string(q) + " (same as q)", "shape " + shape_string(t));
 }
 
-void check_like(const ArgChecker& c, const Tensor& t, const char* name, const Tensor& ref,
-                const char* ref_name) {
+void check_like(const ArgChecker& c, const Tensor& t, const char* name, const Tensor& ref, const char* ref_name) {
   c.tensor(t, name, ref.ndim, ref.ndim == 3 ? "(total_k, heads_k, head_dim)" : "(batch, seqlen_k, heads_k, head_dim)");
   c.same_dtype(t, name, ref.dtype, ref_name);
   c.device(t, name, ref.device, ref_name);
   bool same = true;
   for (int i = 0; i < ref.ndim; ++i) same = same && t.shape[i] == ref.shape[i];
-  if (!same)
-    c.fail(name, "shape " + shape_string(ref) + " (same as " + ref_name + ")", "shape " + shape_string(t));
+  if (!same) c.fail(name, "shape " + shape_string(ref) + " (same as " + ref_name + ")", "shape " + shape_string(t));
 }
 
 LseView lse_view(const ArgChecker& c, const Tensor& lse, const FwdProblem& pr, bool required) {

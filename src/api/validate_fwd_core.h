@@ -13,8 +13,7 @@ FwdProblem make_fwd_core(const ArgChecker& c, const FwdParams& p);
 // `t` must have the shape, dtype and device of q.
 void check_out_like_q(const ArgChecker& c, const Tensor& t, const char* name, const Tensor& q);
 // `t` must have the shape, dtype and device of `ref`.
-void check_like(const ArgChecker& c, const Tensor& t, const char* name, const Tensor& ref,
-                const char* ref_name);
+void check_like(const ArgChecker& c, const Tensor& t, const char* name, const Tensor& ref, const char* ref_name);
 LseView lse_view(const ArgChecker& c, const Tensor& lse, const FwdProblem& pr, bool required);
 
 }  // namespace flashattn::detail

@@ -11,8 +11,7 @@ namespace flashattn::detail {
 
 namespace {
 
-const int32_t* index_tensor(const ArgChecker& c, const Tensor& t, const char* name, int64_t batch,
-                            Device device) {
+const int32_t* index_tensor(const ArgChecker& c, const Tensor& t, const char* name, int64_t batch, Device device) {
   if (!t.present()) return nullptr;
   c.tensor(t, name, 1, "(batch)");
   c.dtype(t, name, DType::i32);
@@ -43,13 +42,11 @@ void check_index_values(const ArgChecker& c, const KVCacheParams& p, const KVCac
     // Built by appending: GCC 12 warns (-Wrestrict, a known false positive) on "[" + std::string.
     std::string bs = "[";
     bs.append(std::to_string(b)).append("]");
-    int64_t len = pr.cache_seqlens ? at(pr.cache_seqlens, p.cache_seqlens.stride[0], b)
-                                   : pr.cache_seqlens_scalar;
+    int64_t len = pr.cache_seqlens ? at(pr.cache_seqlens, p.cache_seqlens.stride[0], b) : pr.cache_seqlens_scalar;
     if (len < 0 || len > pr.cache.capacity - pr.seqlen_new)  // (len + seqlen_new could overflow)
       c.fail("cache_seqlens" + bs,
-             "a length in [0, " + std::to_string(pr.cache.capacity - pr.seqlen_new) +
-                 "] (cache capacity " + std::to_string(pr.cache.capacity) + " minus " +
-                 std::to_string(pr.seqlen_new) + " new tokens)",
+             "a length in [0, " + std::to_string(pr.cache.capacity - pr.seqlen_new) + "] (cache capacity " +
+                 std::to_string(pr.cache.capacity) + " minus " + std::to_string(pr.seqlen_new) + " new tokens)",
              std::to_string(len));
     check_rotary_reach(c, pr, len, b);
     if (pr.cache_batch_idx) {
@@ -85,7 +82,7 @@ void check_append_targets(const ArgChecker& c, const KVCacheParams& p, const KVC
   if (pr.seqlen_new == 0) return;
   auto at = [](const int32_t* v, int64_t stride, int64_t i) { return int64_t(v[i * stride]); };
   if (!pr.cache.paged()) {
-    if (!pr.cache_batch_idx) return;  // sequence b uses row b
+    if (!pr.cache_batch_idx) return;            // sequence b uses row b
     std::unordered_map<int64_t, int64_t> user;  // cache row -> sequence
     for (int64_t b = 0; b < pr.batch; ++b) {
       const int64_t row = at(pr.cache_batch_idx, p.cache_batch_idx.stride[0], b);
@@ -140,8 +137,8 @@ KVCacheProblem make_kvcache_problem(const KVCacheParams& p) {
   if (pr.heads <= 0) c.fail("q", "at least one head", "shape " + shape_string(p.q));
 
   const bool paged = p.block_table.present();
-  const char* cache_dims = paged ? "(num_blocks, page_size, heads_k, head_dim)"
-                                 : "(batch_cache, seqlen_cache, heads_k, head_dim)";
+  const char* cache_dims =
+      paged ? "(num_blocks, page_size, heads_k, head_dim)" : "(batch_cache, seqlen_cache, heads_k, head_dim)";
   c.tensor(p.k_cache, "k_cache", 4, cache_dims);
   c.tensor(p.v_cache, "v_cache", 4, cache_dims);
   c.same_dtype(p.k_cache, "k_cache", pr.dtype, "q");
@@ -205,8 +202,7 @@ KVCacheProblem make_kvcache_problem(const KVCacheParams& p) {
   if (!pr.cache_seqlens) {
     if (p.cache_seqlens_scalar < -1)
       c.fail("cache_seqlens", "a length >= 0, or -1 for the whole cache", std::to_string(p.cache_seqlens_scalar));
-    pr.cache_seqlens_scalar =
-        p.cache_seqlens_scalar == -1 ? cv.capacity - pr.seqlen_new : p.cache_seqlens_scalar;
+    pr.cache_seqlens_scalar = p.cache_seqlens_scalar == -1 ? cv.capacity - pr.seqlen_new : p.cache_seqlens_scalar;
   }
   pr.cache_batch_idx = index_tensor(c, p.cache_batch_idx, "cache_batch_idx", pr.batch, pr.device);
   pr.cache_leftpad = index_tensor(c, p.cache_leftpad, "cache_leftpad", pr.batch, pr.device);

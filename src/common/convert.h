@@ -62,7 +62,7 @@ FA_HD uint16_t float_to_f16(float f) {
   uint32_t u = float_bits(f);
   uint32_t sign = (u >> 16) & 0x8000u;
   uint32_t abs = u & 0x7FFFFFFFu;
-  if (abs > 0x7F800000u) return uint16_t(sign | 0x7E00u);  // NaN
+  if (abs > 0x7F800000u) return uint16_t(sign | 0x7E00u);   // NaN
   if (abs >= 0x477FF000u) return uint16_t(sign | 0x7C00u);  // rounds to >= 65520: overflow to inf
   if (abs < 0x38800000u) {
     // result is subnormal (or zero) in f16: value * 2^24 rounded to an integer

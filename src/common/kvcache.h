@@ -20,7 +20,7 @@ struct CacheSeq {
   int64_t cache_row = 0;      // contiguous caches: row of k_cache/v_cache
   int64_t seqlen_before = 0;  // cache_seqlens[b]
   int64_t leftpad = 0;
-  int64_t seqlen_k = 0;       // keys attended: seqlen_before + seqlen_new - leftpad
+  int64_t seqlen_k = 0;  // keys attended: seqlen_before + seqlen_new - leftpad
 };
 
 FA_HD CacheSeq cache_seq(const KVCacheProblem& p, int64_t b) {
@@ -45,9 +45,7 @@ FA_HD int64_t cache_offset(const CacheView& c, const CacheSeq& s, int64_t b, int
 }
 
 // Whether queries are rotated at consecutive positions (causal or local) or all at seqlen_before.
-FA_HD bool rotary_q_consecutive(const ScoreParams& s) {
-  return s.window_left >= 0 || s.window_right >= 0;
-}
+FA_HD bool rotary_q_consecutive(const ScoreParams& s) { return s.window_left >= 0 || s.window_right >= 0; }
 
 FA_HD int64_t rotary_q_position(const KVCacheProblem& p, const CacheSeq& s, int64_t i) {
   return s.seqlen_before + (rotary_q_consecutive(p.score) ? i : 0);

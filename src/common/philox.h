@@ -46,24 +46,26 @@ FA_HD uint32_t dropout_threshold(float p) {
 
 // The four random words covering keys j = 4*(j/4) .. 4*(j/4)+3 of row (b, h, i). Exposed so that kernels
 // can draw once per group of four keys.
-FA_HD Philox4 dropout_words(const DropoutParams& d, int64_t b, int64_t h, int64_t heads, int64_t i,
-                            int64_t j) {
+FA_HD Philox4 dropout_words(const DropoutParams& d, int64_t b, int64_t h, int64_t heads, int64_t i, int64_t j) {
   Philox4 ctr{uint32_t(j >> 2), uint32_t(i), uint32_t(b * heads + h), uint32_t(d.offset)};
   return philox4x32_10(ctr, uint32_t(d.seed), uint32_t(d.seed >> 32) ^ uint32_t(d.offset >> 32));
 }
 
 FA_HD uint32_t philox_word(const Philox4& r, int64_t j) {
   switch (j & 3) {
-    case 0: return r.x;
-    case 1: return r.y;
-    case 2: return r.z;
-    default: return r.w;
+    case 0:
+      return r.x;
+    case 1:
+      return r.y;
+    case 2:
+      return r.z;
+    default:
+      return r.w;
   }
 }
 
 // True when attention element (b, h, i, j) is kept (then scaled by 1 / (1 - p)).
-FA_HD bool dropout_keep(const DropoutParams& d, int64_t b, int64_t h, int64_t heads, int64_t i,
-                        int64_t j) {
+FA_HD bool dropout_keep(const DropoutParams& d, int64_t b, int64_t h, int64_t heads, int64_t i, int64_t j) {
   return philox_word(dropout_words(d, b, h, heads, i, j), j) >= dropout_threshold(d.p);
 }
 

@@ -30,9 +30,7 @@ struct Mask {
     int64_t e = diagonal(i) + window_right + 1;
     return e < sk ? e : sk;
   }
-  FA_HD bool visible(int64_t i, int64_t j) const {
-    return j >= key_begin(i) && j < key_end(i);
-  }
+  FA_HD bool visible(int64_t i, int64_t j) const { return j >= key_begin(i) && j < key_end(i); }
 };
 
 FA_HD Mask make_mask(const ScoreParams& s, int64_t sq, int64_t sk) {

@@ -19,7 +19,9 @@ const std::vector<KVConfig>& cases() {
 }
 
 testing::AssertionResult caches_match(const char* what, const HostTensor& got, const HostTensor& ref, bool rotary) {
-  const double eps = got.dtype() == DType::bf16 ? std::ldexp(1.0, -7) : got.dtype() == DType::f16 ? std::ldexp(1.0, -10) : 1e-6;
+  const double eps = got.dtype() == DType::bf16  ? std::ldexp(1.0, -7)
+                     : got.dtype() == DType::f16 ? std::ldexp(1.0, -10)
+                                                 : 1e-6;
   for (int64_t i = 0; i < ref.numel(); ++i) {
     const double g = got.get(i), r = ref.get(i);
     const double tol = rotary ? eps * std::max(1.0, std::fabs(r)) : 0.0;

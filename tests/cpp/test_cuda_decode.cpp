@@ -309,9 +309,9 @@ TEST(CudaDecode, PageSizes) {
 }
 
 // One split over thousands of keys, so that every pipeline (2 to 4 stages) wraps its ring of buffers
-// many times, for the row shapes of head dims 64, 128 and 256, on paged caches (page sizes that do and do not divide a
-// tile, with leftpad: the block-table entries of a tile are read before its copies, and the next tile's prefetched) and
-// a contiguous one.
+// many times, for the row shapes of head dims 64, 128 and 256, on paged caches (page sizes that do and
+// do not divide a tile, with leftpad: the block-table entries of a tile are read before its copies, and
+// the next tile's prefetched) and a contiguous one.
 TEST(CudaDecode, LongSplitsWrapThePipeline) {
   FA_SKIP_WITHOUT_GPU();
   struct Case {

@@ -11,8 +11,8 @@
 namespace fa_test {
 namespace {
 
-using flashattn::detail::DropoutParams;
 using flashattn::detail::dropout_keep;
+using flashattn::detail::DropoutParams;
 
 TEST(Dropout, KeepRateMatchesProbability) {
   for (float p : {0.1f, 0.5f, 0.9f}) {

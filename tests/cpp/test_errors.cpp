@@ -68,69 +68,109 @@ void expect_error(const std::function<void()>& call, Status status, std::vector<
     ADD_FAILURE() << "expected an error containing '" << fragments[0] << "'";
   } catch (const flashattn::Error& e) {
     EXPECT_EQ(e.status(), status) << e.what();
-    for (const std::string& f : fragments) EXPECT_NE(std::string(e.what()).find(f), std::string::npos) << "message: " << e.what() << "\nmissing: " << f;
+    for (const std::string& f : fragments)
+      EXPECT_NE(std::string(e.what()).find(f), std::string::npos) << "message: " << e.what() << "\nmissing: " << f;
   }
 }
 
-#define FWD_ERROR_TEST(test_name, varlen, mutate, status, ...)                        \
-  TEST(ForwardErrors, test_name) {                                                   \
-    FwdFixture f(varlen);                                                            \
-    auto& p = f.p;                                                                   \
-    mutate;                                                                          \
-    expect_error([&] { flashattn::forward(p); }, status, {__VA_ARGS__});             \
-    EXPECT_TRUE(f.outputs_untouched());                                              \
+#define FWD_ERROR_TEST(test_name, varlen, mutate, status, ...)           \
+  TEST(ForwardErrors, test_name) {                                       \
+    FwdFixture f(varlen);                                                \
+    auto& p = f.p;                                                       \
+    mutate;                                                              \
+    expect_error([&] { flashattn::forward(p); }, status, {__VA_ARGS__}); \
+    EXPECT_TRUE(f.outputs_untouched());                                  \
   }
 
-FWD_ERROR_TEST(MissingQ, false, p.q = Tensor(), Status::invalid_argument, "forward: q:", "expected a tensor", "got none")
-FWD_ERROR_TEST(WrongRank, false, p.q.ndim = 3, Status::invalid_argument, "q:", "expected 4 dims (batch, seqlen_q, heads, head_dim)", "got 3 dims")
-FWD_ERROR_TEST(IntegerDtype, false, p.q.dtype = DType::i32, Status::invalid_argument, "q:", "f32, f16 or bf16", "got i32")
-FWD_ERROR_TEST(MixedDtype, false, p.k.dtype = DType::bf16, Status::invalid_argument, "k:", "dtype f16 (same as q)", "got bf16")
-FWD_ERROR_TEST(MixedDevice, false, p.v.device = flashattn::Device::cuda(0), Status::invalid_argument, "v:", "device cpu (same as q)", "got cuda:0")
-FWD_ERROR_TEST(NonContiguousLastDim, false, p.q.stride[3] = 2, Status::invalid_argument, "q:", "contiguous last dim", "got stride 2")
-FWD_ERROR_TEST(HeadsNotDivisible, false, (p.k.shape[2] = 3, p.v.shape[2] = 3), Status::invalid_argument, "k:", "heads_k dividing the query heads (4)", "heads_k = 3")
-FWD_ERROR_TEST(HeadDimNotMultipleOf8, false, (p.q.shape[3] = 12), Status::invalid_argument, "q:", "multiple of 8 in [8, 256]", "got 12")
-FWD_ERROR_TEST(HeadDimTooLarge, false, (p.q.shape[3] = 264), Status::invalid_argument, "q:", "multiple of 8 in [8, 256]", "got 264")
-FWD_ERROR_TEST(KeyBatchMismatch, false, p.k.shape[0] = 3, Status::invalid_argument, "k:", "expected shape [2, 7, 2, 16]", "got shape [3, 7, 2, 16]")
-FWD_ERROR_TEST(ValueShapeMismatch, false, p.v.shape[1] = 6, Status::invalid_argument, "v:", "shape [2, 7, 2, 16]", "got shape [2, 6, 2, 16]")
-FWD_ERROR_TEST(OutShapeMismatch, false, p.out.shape[1] = 4, Status::invalid_argument, "out:", "shape [2, 5, 4, 16] (same as q)", "got shape [2, 4, 4, 16]")
-FWD_ERROR_TEST(OutDtypeMismatch, false, p.out.dtype = DType::f32, Status::invalid_argument, "out:", "dtype f16 (same as q)", "got f32")
-FWD_ERROR_TEST(LseShape, false, p.softmax_lse.shape[2] = 6, Status::invalid_argument, "softmax_lse:", "shape [2, 4, 5] (batch, heads, seqlen_q)", "got shape [2, 4, 6]")
-FWD_ERROR_TEST(LseDtype, false, p.softmax_lse.dtype = DType::f16, Status::invalid_argument, "softmax_lse:", "dtype f32", "got f16")
-FWD_ERROR_TEST(WindowLeftBelowMinusOne, false, p.options.window_left = -2, Status::invalid_argument, "window_size[0] (left):", "-1 (unbounded) or >= 0", "got -2")
-FWD_ERROR_TEST(WindowRightBelowMinusOne, false, p.options.window_right = -5, Status::invalid_argument, "window_size[1] (right):", "got -5")
-FWD_ERROR_TEST(NegativeSoftcap, false, p.options.softcap = -1.0f, Status::invalid_argument, "softcap:", "finite value >= 0", "got -1")
-FWD_ERROR_TEST(NanSoftcap, false, p.options.softcap = std::numeric_limits<float>::quiet_NaN(), Status::invalid_argument, "softcap:", "got nan")
-FWD_ERROR_TEST(NanScale, false, p.options.softmax_scale = std::numeric_limits<float>::quiet_NaN(), Status::invalid_argument, "softmax_scale:", "a finite value", "got nan")
-FWD_ERROR_TEST(DropoutOne, false, p.dropout_p = 1.0f, Status::invalid_argument, "dropout_p:", "a probability in [0, 1)", "got 1")
+FWD_ERROR_TEST(MissingQ, false, p.q = Tensor(), Status::invalid_argument, "forward: q:", "expected a tensor",
+               "got none")
+FWD_ERROR_TEST(WrongRank, false, p.q.ndim = 3, Status::invalid_argument,
+               "q:", "expected 4 dims (batch, seqlen_q, heads, head_dim)", "got 3 dims")
+FWD_ERROR_TEST(IntegerDtype, false, p.q.dtype = DType::i32, Status::invalid_argument, "q:", "f32, f16 or bf16",
+               "got i32")
+FWD_ERROR_TEST(MixedDtype, false, p.k.dtype = DType::bf16, Status::invalid_argument, "k:", "dtype f16 (same as q)",
+               "got bf16")
+FWD_ERROR_TEST(MixedDevice, false, p.v.device = flashattn::Device::cuda(0), Status::invalid_argument,
+               "v:", "device cpu (same as q)", "got cuda:0")
+FWD_ERROR_TEST(NonContiguousLastDim, false, p.q.stride[3] = 2, Status::invalid_argument, "q:", "contiguous last dim",
+               "got stride 2")
+FWD_ERROR_TEST(HeadsNotDivisible, false, (p.k.shape[2] = 3, p.v.shape[2] = 3), Status::invalid_argument,
+               "k:", "heads_k dividing the query heads (4)", "heads_k = 3")
+FWD_ERROR_TEST(HeadDimNotMultipleOf8, false, (p.q.shape[3] = 12), Status::invalid_argument,
+               "q:", "multiple of 8 in [8, 256]", "got 12")
+FWD_ERROR_TEST(HeadDimTooLarge, false, (p.q.shape[3] = 264), Status::invalid_argument,
+               "q:", "multiple of 8 in [8, 256]", "got 264")
+FWD_ERROR_TEST(KeyBatchMismatch, false, p.k.shape[0] = 3, Status::invalid_argument,
+               "k:", "expected shape [2, 7, 2, 16]", "got shape [3, 7, 2, 16]")
+FWD_ERROR_TEST(ValueShapeMismatch, false, p.v.shape[1] = 6, Status::invalid_argument, "v:", "shape [2, 7, 2, 16]",
+               "got shape [2, 6, 2, 16]")
+FWD_ERROR_TEST(OutShapeMismatch, false, p.out.shape[1] = 4, Status::invalid_argument,
+               "out:", "shape [2, 5, 4, 16] (same as q)", "got shape [2, 4, 4, 16]")
+FWD_ERROR_TEST(OutDtypeMismatch, false, p.out.dtype = DType::f32, Status::invalid_argument,
+               "out:", "dtype f16 (same as q)", "got f32")
+FWD_ERROR_TEST(LseShape, false, p.softmax_lse.shape[2] = 6, Status::invalid_argument,
+               "softmax_lse:", "shape [2, 4, 5] (batch, heads, seqlen_q)", "got shape [2, 4, 6]")
+FWD_ERROR_TEST(LseDtype, false, p.softmax_lse.dtype = DType::f16, Status::invalid_argument, "softmax_lse:", "dtype f32",
+               "got f16")
+FWD_ERROR_TEST(WindowLeftBelowMinusOne, false, p.options.window_left = -2, Status::invalid_argument,
+               "window_size[0] (left):", "-1 (unbounded) or >= 0", "got -2")
+FWD_ERROR_TEST(WindowRightBelowMinusOne, false, p.options.window_right = -5, Status::invalid_argument,
+               "window_size[1] (right):", "got -5")
+FWD_ERROR_TEST(NegativeSoftcap, false, p.options.softcap = -1.0f, Status::invalid_argument,
+               "softcap:", "finite value >= 0", "got -1")
+FWD_ERROR_TEST(NanSoftcap, false, p.options.softcap = std::numeric_limits<float>::quiet_NaN(), Status::invalid_argument,
+               "softcap:", "got nan")
+FWD_ERROR_TEST(NanScale, false, p.options.softmax_scale = std::numeric_limits<float>::quiet_NaN(),
+               Status::invalid_argument, "softmax_scale:", "a finite value", "got nan")
+FWD_ERROR_TEST(DropoutOne, false, p.dropout_p = 1.0f, Status::invalid_argument, "dropout_p:", "a probability in [0, 1)",
+               "got 1")
 FWD_ERROR_TEST(DropoutNegative, false, p.dropout_p = -0.1f, Status::invalid_argument, "dropout_p:", "got -0.1")
-FWD_ERROR_TEST(NullDataWithElements, false, p.k.data = nullptr, Status::invalid_argument, "k:", "non-null data for 448 elements", "got nullptr")
-FWD_ERROR_TEST(NegativeSize, false, p.q.shape[1] = -1, Status::invalid_argument, "q:", "non-negative sizes", "[2, -1, 4, 16]")
-FWD_ERROR_TEST(OffsetOverflow, false, p.q.stride[0] = std::numeric_limits<int64_t>::max() / 2, Status::invalid_argument, "q:", "element offsets that fit in int64")
-FWD_ERROR_TEST(MisalignedPointer, false, p.q.data = static_cast<char*>(p.q.data) + 1, Status::invalid_argument, "q:", "data aligned to 2 bytes", "misaligned")
-FWD_ERROR_TEST(UnknownBackend, false, p.options.backend = "warp_drive", Status::invalid_argument, "options.backend:", "expected one of {", "got 'warp_drive'")
+FWD_ERROR_TEST(NullDataWithElements, false, p.k.data = nullptr, Status::invalid_argument,
+               "k:", "non-null data for 448 elements", "got nullptr")
+FWD_ERROR_TEST(NegativeSize, false, p.q.shape[1] = -1, Status::invalid_argument, "q:", "non-negative sizes",
+               "[2, -1, 4, 16]")
+FWD_ERROR_TEST(OffsetOverflow, false, p.q.stride[0] = std::numeric_limits<int64_t>::max() / 2, Status::invalid_argument,
+               "q:", "element offsets that fit in int64")
+FWD_ERROR_TEST(MisalignedPointer, false, p.q.data = static_cast<char*>(p.q.data) + 1, Status::invalid_argument,
+               "q:", "data aligned to 2 bytes", "misaligned")
+FWD_ERROR_TEST(UnknownBackend, false, p.options.backend = "warp_drive", Status::invalid_argument,
+               "options.backend:", "expected one of {", "got 'warp_drive'")
 HostTensor g_slopes2(DType::f32, {2}), g_slopes_f16(DType::f16, {4});
-FWD_ERROR_TEST(AlibiShape, false, p.options.alibi_slopes = g_slopes2.view(), Status::invalid_argument, "alibi_slopes:", "shape [4] (heads)", "got shape [2]")
-FWD_ERROR_TEST(AlibiDtype, false, p.options.alibi_slopes = g_slopes_f16.view(), Status::invalid_argument, "alibi_slopes:", "dtype f32", "got f16")
-FWD_ERROR_TEST(VarlenOnlyOneCuSeqlens, true, p.cu_seqlens_k = Tensor(), Status::invalid_argument, "cu_seqlens_k:", "both cu_seqlens_q and cu_seqlens_k", "only one of them")
-FWD_ERROR_TEST(VarlenCuSeqlensDtype, true, p.cu_seqlens_q.dtype = DType::f32, Status::invalid_argument, "cu_seqlens_q:", "dtype i32", "got f32")
-FWD_ERROR_TEST(VarlenCuSeqlensStart, true, f.in.cu_seqlens_q.i32()[0] = 1, Status::invalid_argument, "cu_seqlens_q:", "cu_seqlens[0] == 0", "got 1")
-FWD_ERROR_TEST(VarlenNotMonotonic, true, (f.in.cu_seqlens_k.i32()[1] = 5, f.in.cu_seqlens_k.i32()[2] = 4, p.max_seqlen_k = 10), Status::invalid_argument, "cu_seqlens_k:", "non-decreasing", "cu_seqlens[2] = 4 < cu_seqlens[1] = 5")
-FWD_ERROR_TEST(VarlenTotalMismatch, true, f.in.cu_seqlens_q.i32()[2] = 4, Status::invalid_argument, "cu_seqlens_q:", "equal to the number of rows (5)", "got 4")
-FWD_ERROR_TEST(VarlenLongerThanMax, true, p.max_seqlen_q = 2, Status::invalid_argument, "cu_seqlens_q:", "sequence lengths <= max_seqlen_q = 2", "length 3 for sequence 1")
-FWD_ERROR_TEST(VarlenNegativeMax, true, p.max_seqlen_k = -1, Status::invalid_argument, "max_seqlen_k:", "a value >= 0", "got -1")
-FWD_ERROR_TEST(VarlenLseShape, true, p.softmax_lse = f.out.view(), Status::invalid_argument, "softmax_lse:", "2 dims (heads, total_q)", "got 3 dims")
-FWD_ERROR_TEST(VarlenCuSeqlensSizes, true, p.cu_seqlens_k.shape[0] = 2, Status::invalid_argument, "cu_seqlens_k:", "shape [3] (same as cu_seqlens_q)", "got shape [2]")
+FWD_ERROR_TEST(AlibiShape, false, p.options.alibi_slopes = g_slopes2.view(), Status::invalid_argument,
+               "alibi_slopes:", "shape [4] (heads)", "got shape [2]")
+FWD_ERROR_TEST(AlibiDtype, false, p.options.alibi_slopes = g_slopes_f16.view(), Status::invalid_argument,
+               "alibi_slopes:", "dtype f32", "got f16")
+FWD_ERROR_TEST(VarlenOnlyOneCuSeqlens, true, p.cu_seqlens_k = Tensor(), Status::invalid_argument,
+               "cu_seqlens_k:", "both cu_seqlens_q and cu_seqlens_k", "only one of them")
+FWD_ERROR_TEST(VarlenCuSeqlensDtype, true, p.cu_seqlens_q.dtype = DType::f32, Status::invalid_argument,
+               "cu_seqlens_q:", "dtype i32", "got f32")
+FWD_ERROR_TEST(VarlenCuSeqlensStart, true, f.in.cu_seqlens_q.i32()[0] = 1, Status::invalid_argument,
+               "cu_seqlens_q:", "cu_seqlens[0] == 0", "got 1")
+FWD_ERROR_TEST(VarlenNotMonotonic, true,
+               (f.in.cu_seqlens_k.i32()[1] = 5, f.in.cu_seqlens_k.i32()[2] = 4, p.max_seqlen_k = 10),
+               Status::invalid_argument, "cu_seqlens_k:", "non-decreasing", "cu_seqlens[2] = 4 < cu_seqlens[1] = 5")
+FWD_ERROR_TEST(VarlenTotalMismatch, true, f.in.cu_seqlens_q.i32()[2] = 4, Status::invalid_argument,
+               "cu_seqlens_q:", "equal to the number of rows (5)", "got 4")
+FWD_ERROR_TEST(VarlenLongerThanMax, true, p.max_seqlen_q = 2, Status::invalid_argument,
+               "cu_seqlens_q:", "sequence lengths <= max_seqlen_q = 2", "length 3 for sequence 1")
+FWD_ERROR_TEST(VarlenNegativeMax, true, p.max_seqlen_k = -1, Status::invalid_argument, "max_seqlen_k:", "a value >= 0",
+               "got -1")
+FWD_ERROR_TEST(VarlenLseShape, true, p.softmax_lse = f.out.view(), Status::invalid_argument,
+               "softmax_lse:", "2 dims (heads, total_q)", "got 3 dims")
+FWD_ERROR_TEST(VarlenCuSeqlensSizes, true, p.cu_seqlens_k.shape[0] = 2, Status::invalid_argument,
+               "cu_seqlens_k:", "shape [3] (same as cu_seqlens_q)", "got shape [2]")
 
-#define BWD_ERROR_TEST(test_name, mutate, ...)                                        \
-  TEST(BackwardErrors, test_name) {                                                  \
-    FwdFixture f;                                                                    \
-    auto& p = f.p;                                                                   \
-    mutate;                                                                          \
+#define BWD_ERROR_TEST(test_name, mutate, ...)                                              \
+  TEST(BackwardErrors, test_name) {                                                         \
+    FwdFixture f;                                                                           \
+    auto& p = f.p;                                                                          \
+    mutate;                                                                                 \
     expect_error([&] { flashattn::backward(p); }, Status::invalid_argument, {__VA_ARGS__}); \
-    EXPECT_TRUE(f.outputs_untouched());                                              \
+    EXPECT_TRUE(f.outputs_untouched());                                                     \
   }
 
-BWD_ERROR_TEST(MissingLse, p.softmax_lse = Tensor(), "backward: softmax_lse:", "the fp32 log-sum-exp saved by forward", "got none")
+BWD_ERROR_TEST(MissingLse, p.softmax_lse = Tensor(), "backward: softmax_lse:", "the fp32 log-sum-exp saved by forward",
+               "got none")
 BWD_ERROR_TEST(MissingDout, p.dout = Tensor(), "dout:", "got none")
 BWD_ERROR_TEST(DkShape, p.dk.shape[2] = 4, "dk:", "shape [2, 7, 2, 16] (same as k)", "got shape [2, 7, 4, 16]")
 BWD_ERROR_TEST(DvDtype, p.dv.dtype = DType::bf16, "dv:", "dtype f16 (same as v)", "got bf16")
@@ -174,29 +214,43 @@ struct KVFixture {
   }
 };
 
-#define KV_ERROR_TEST(test_name, paged, mutate, ...)                                   \
-  TEST(KVCacheErrors, test_name) {                                                   \
-    KVFixture f(paged);                                                              \
-    const KVInputs original = f.in;                                                  \
-    auto& p = f.p;                                                                   \
-    mutate;                                                                          \
+#define KV_ERROR_TEST(test_name, paged, mutate, ...)                                               \
+  TEST(KVCacheErrors, test_name) {                                                                 \
+    KVFixture f(paged);                                                                            \
+    const KVInputs original = f.in;                                                                \
+    auto& p = f.p;                                                                                 \
+    mutate;                                                                                        \
     expect_error([&] { flashattn::forward_kvcache(p); }, Status::invalid_argument, {__VA_ARGS__}); \
-    EXPECT_TRUE(f.untouched(original));                                              \
+    EXPECT_TRUE(f.untouched(original));                                                            \
   }
 
-KV_ERROR_TEST(OnlyKNew, false, p.v_new = Tensor(), "forward_kvcache: v_new:", "both k_new and v_new, or neither", "only one of them")
-KV_ERROR_TEST(SeqlenBeyondCapacity, false, f.in.cache_seqlens.i32()[1] = 32, "cache_seqlens[1]:", "a length in [0, 31]", "got 32")
+KV_ERROR_TEST(OnlyKNew, false, p.v_new = Tensor(), "forward_kvcache: v_new:", "both k_new and v_new, or neither",
+              "only one of them")
+KV_ERROR_TEST(SeqlenBeyondCapacity, false, f.in.cache_seqlens.i32()[1] = 32, "cache_seqlens[1]:", "a length in [0, 31]",
+              "got 32")
 KV_ERROR_TEST(NegativeSeqlen, false, f.in.cache_seqlens.i32()[0] = -1, "cache_seqlens[0]:", "got -1")
-KV_ERROR_TEST(BlockOutOfRange, true, f.in.block_table.i32()[0] = 1000, "block_table[0][0]:", "a block index in [0, 19)", "got 1000")
-KV_ERROR_TEST(BlockTableBatch, true, p.block_table.shape[0] = 1, "block_table:", "shape [2, max_blocks_per_seq]", "got shape [1, 8]")
-KV_ERROR_TEST(BatchIdxWithPages, true, p.cache_batch_idx = f.in.cache_seqlens.view(), "cache_batch_idx:", "none with a paged cache")
-KV_ERROR_TEST(BatchIdxOutOfRange, false, (f.in.cache_seqlens.i32()[0] = 7, p.cache_batch_idx = f.in.cache_seqlens.view()), "cache_batch_idx[0]:", "an index in [0, 2)", "got 7")
-KV_ERROR_TEST(RotaryTooWide, false, (p.rotary_cos.shape[1] = 9, p.rotary_sin.shape[1] = 9, p.rotary_cos.stride[0] = 9, p.rotary_sin.stride[0] = 9), "rotary_cos:", "rotary_dim / 2 in [1, head_dim / 2 = 8]", "got 9")
-KV_ERROR_TEST(RotaryTooShort, false, (p.rotary_cos.shape[0] = 16, p.rotary_sin.shape[0] = 16), "rotary_cos:", "at least 32 rows", "got 16 rows")
-KV_ERROR_TEST(OnlyRotaryCos, false, p.rotary_sin = Tensor(), "rotary_sin:", "both rotary_cos and rotary_sin", "only one of them")
+KV_ERROR_TEST(BlockOutOfRange, true, f.in.block_table.i32()[0] = 1000, "block_table[0][0]:", "a block index in [0, 19)",
+              "got 1000")
+KV_ERROR_TEST(BlockTableBatch, true, p.block_table.shape[0] = 1, "block_table:", "shape [2, max_blocks_per_seq]",
+              "got shape [1, 8]")
+KV_ERROR_TEST(BatchIdxWithPages, true, p.cache_batch_idx = f.in.cache_seqlens.view(),
+              "cache_batch_idx:", "none with a paged cache")
+KV_ERROR_TEST(BatchIdxOutOfRange, false,
+              (f.in.cache_seqlens.i32()[0] = 7, p.cache_batch_idx = f.in.cache_seqlens.view()),
+              "cache_batch_idx[0]:", "an index in [0, 2)", "got 7")
+KV_ERROR_TEST(RotaryTooWide, false,
+              (p.rotary_cos.shape[1] = 9, p.rotary_sin.shape[1] = 9, p.rotary_cos.stride[0] = 9,
+               p.rotary_sin.stride[0] = 9),
+              "rotary_cos:", "rotary_dim / 2 in [1, head_dim / 2 = 8]", "got 9")
+KV_ERROR_TEST(RotaryTooShort, false, (p.rotary_cos.shape[0] = 16, p.rotary_sin.shape[0] = 16),
+              "rotary_cos:", "at least 32 rows", "got 16 rows")
+KV_ERROR_TEST(OnlyRotaryCos, false, p.rotary_sin = Tensor(), "rotary_sin:", "both rotary_cos and rotary_sin",
+              "only one of them")
 KV_ERROR_TEST(NegativeSplits, false, p.num_splits = -1, "num_splits:", "a value >= 0", "got -1")
-KV_ERROR_TEST(CacheHeadDim, false, p.v_cache.shape[3] = 8, "v_cache:", "shape [2, 32, 2, 16]", "got shape [2, 32, 2, 8]")
-KV_ERROR_TEST(TooFewCacheRows, false, (p.k_cache.shape[0] = 1, p.v_cache.shape[0] = 1), "k_cache:", "at least 2 cache rows (batch of q)", "got shape [1, 32, 2, 16]")
+KV_ERROR_TEST(CacheHeadDim, false, p.v_cache.shape[3] = 8, "v_cache:", "shape [2, 32, 2, 16]",
+              "got shape [2, 32, 2, 8]")
+KV_ERROR_TEST(TooFewCacheRows, false, (p.k_cache.shape[0] = 1, p.v_cache.shape[0] = 1),
+              "k_cache:", "at least 2 cache rows (batch of q)", "got shape [1, 32, 2, 16]")
 
 TEST(KVCacheErrors, LeftpadGreaterThanSeqlen) {
   KVFixture f(false);
@@ -213,8 +267,9 @@ TEST(BackendErrors, ForcedBackendOnWrongDevice) {
   for (const flashattn::BackendInfo& b : flashattn::list_backends()) {
     if (b.device != flashattn::DeviceType::cuda) continue;
     f.p.options.backend = b.name;
-    expect_error([&] { flashattn::forward(f.p); }, Status::unsupported,
-                 {"backend '" + b.name + "' does not support this call", "runs on cuda tensors, the call's are on cpu"});
+    expect_error(
+        [&] { flashattn::forward(f.p); }, Status::unsupported,
+        {"backend '" + b.name + "' does not support this call", "runs on cuda tensors, the call's are on cpu"});
     return;
   }
   GTEST_SKIP() << "no CUDA backend compiled in: nothing to force onto CPU tensors";

@@ -10,8 +10,8 @@ std::string always_kv(const KVCacheProblem&) { return {}; }
 }  // namespace
 
 const Backend& cpu_reference_backend() {
-  static const Backend b{"cpu_reference", DeviceType::cpu,   always,    reference::forward, always_bwd,
-                         reference::backward, always_kv, reference::forward_kvcache};
+  static const Backend b{"cpu_reference", DeviceType::cpu,     always,    reference::forward,
+                         always_bwd,      reference::backward, always_kv, reference::forward_kvcache};
   return b;
 }
 

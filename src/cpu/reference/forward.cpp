@@ -32,8 +32,8 @@ void forward(const FwdProblem& p, Stream) {
       gather_rows(p.k, p.dtype, b, r.k_start, r.sk, h / group, p.head_dim, in.k);
       gather_rows(p.v, p.dtype, b, r.k_start, r.sk, h / group, p.head_dim, in.v);
       std::vector<double> out, lse;
-      attend(in, make_mask(p.score, r.sq, r.sk), make_mod(p.score, b, h), make_dropout(p.dropout, b, h, p.heads),
-             out, lse);
+      attend(in, make_mask(p.score, r.sq, r.sk), make_mod(p.score, b, h), make_dropout(p.dropout, b, h, p.heads), out,
+             lse);
       scatter_rows(p.out, p.dtype, b, r.q_start, r.sq, h, p.head_dim, out);
       store_lse(p.lse, b, r.q_start, h, lse);
     }

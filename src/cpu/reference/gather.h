@@ -9,8 +9,8 @@
 
 namespace flashattn::detail::reference {
 
-inline void gather_rows(const RowsView& view, DType dt, int64_t b, int64_t row_start, int64_t rows,
-                        int64_t h, int64_t dim, std::vector<double>& dst) {
+inline void gather_rows(const RowsView& view, DType dt, int64_t b, int64_t row_start, int64_t rows, int64_t h,
+                        int64_t dim, std::vector<double>& dst) {
   dst.resize(size_t(rows * dim));
   for (int64_t i = 0; i < rows; ++i) {
     const int64_t base = view.offset(b, row_start + i, h);
@@ -18,8 +18,8 @@ inline void gather_rows(const RowsView& view, DType dt, int64_t b, int64_t row_s
   }
 }
 
-inline void scatter_rows(const RowsView& view, DType dt, int64_t b, int64_t row_start, int64_t rows,
-                         int64_t h, int64_t dim, const std::vector<double>& src) {
+inline void scatter_rows(const RowsView& view, DType dt, int64_t b, int64_t row_start, int64_t rows, int64_t h,
+                         int64_t dim, const std::vector<double>& src) {
   for (int64_t i = 0; i < rows; ++i) {
     const int64_t base = view.offset(b, row_start + i, h);
     for (int64_t d = 0; d < dim; ++d) store_float(view.ptr, base + d, dt, float(src[i * dim + d]));

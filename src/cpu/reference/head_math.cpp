@@ -17,8 +17,8 @@ std::vector<double> dot_products(const HeadInputs& in) {
   return qk;
 }
 
-void softmax_probs(const HeadInputs& in, const std::vector<double>& qk, const Mask& mask,
-                   const ScoreMod<double>& mod, std::vector<double>& probs, std::vector<double>& lse) {
+void softmax_probs(const HeadInputs& in, const std::vector<double>& qk, const Mask& mask, const ScoreMod<double>& mod,
+                   std::vector<double>& probs, std::vector<double>& lse) {
   probs.assign(size_t(in.sq * in.sk), 0.0);
   lse.assign(size_t(in.sq), std::numeric_limits<double>::infinity());
   for (int64_t i = 0; i < in.sq; ++i) {

@@ -27,8 +27,8 @@ std::vector<double> dot_products(const HeadInputs& in);
 
 // Softmax probabilities P (sq x sk, zero where masked) and log-sum-exp per row (+inf for a row with
 // no visible key).
-void softmax_probs(const HeadInputs& in, const std::vector<double>& qk, const Mask& mask,
-                   const ScoreMod<double>& mod, std::vector<double>& probs, std::vector<double>& lse);
+void softmax_probs(const HeadInputs& in, const std::vector<double>& qk, const Mask& mask, const ScoreMod<double>& mod,
+                   std::vector<double>& probs, std::vector<double>& lse);
 
 // out (sq x dim) = dropout(P) V; rows with no visible key are 0.
 void attend(const HeadInputs& in, const Mask& mask, const ScoreMod<double>& mod, const DropoutMask& drop,

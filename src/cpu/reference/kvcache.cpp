@@ -1,6 +1,7 @@
 // forward_kvcache of the reference: append (with rotary) into the cache, then attend in fp64.
 
 #include "common/kvcache.h"
+
 #include "cpu/common/elem.h"
 #include "cpu/reference/gather.h"
 #include "cpu/reference/head_math.h"

@@ -20,15 +20,15 @@ namespace flashattn::detail::cuda {
 
 }  // namespace flashattn::detail::cuda
 
-#define FA_CUDA_CHECK(expr)                                                                    \
-  do {                                                                                         \
-    const cudaError_t fa_err_ = (expr);                                                        \
+#define FA_CUDA_CHECK(expr)                                                                                      \
+  do {                                                                                                           \
+    const cudaError_t fa_err_ = (expr);                                                                          \
     if (fa_err_ != cudaSuccess) ::flashattn::detail::cuda::throw_cuda_error(fa_err_, #expr, __FILE__, __LINE__); \
   } while (0)
 
 // After a <<<...>>> launch: reports launch-configuration errors without synchronising.
-#define FA_CUDA_CHECK_LAUNCH(name)                                                             \
-  do {                                                                                         \
-    const cudaError_t fa_err_ = cudaGetLastError();                                            \
+#define FA_CUDA_CHECK_LAUNCH(name)                                                                              \
+  do {                                                                                                          \
+    const cudaError_t fa_err_ = cudaGetLastError();                                                             \
     if (fa_err_ != cudaSuccess) ::flashattn::detail::cuda::throw_cuda_error(fa_err_, name, __FILE__, __LINE__); \
   } while (0)

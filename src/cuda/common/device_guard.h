@@ -14,8 +14,10 @@ class DeviceGuard {
  public:
   explicit DeviceGuard(Device device) {
     FA_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (previous_ != device.index) FA_CUDA_CHECK(cudaSetDevice(device.index));
-    else previous_ = -1;
+    if (previous_ != device.index)
+      FA_CUDA_CHECK(cudaSetDevice(device.index));
+    else
+      previous_ = -1;
   }
   ~DeviceGuard() {
     if (previous_ >= 0) cudaSetDevice(previous_);

@@ -32,8 +32,8 @@ struct AttnConfig {
 
 struct AttnInputs {
   AttnConfig cfg;
-  HostTensor q, k, v, dout;   // dense (B, S, H, D) or varlen (total, H, D)
-  HostTensor alibi;           // f32 (H) or (B, H), when cfg.alibi
+  HostTensor q, k, v, dout;  // dense (B, S, H, D) or varlen (total, H, D)
+  HostTensor alibi;          // f32 (H) or (B, H), when cfg.alibi
   HostTensor cu_seqlens_q, cu_seqlens_k;
   int64_t max_seqlen_q = 0, max_seqlen_k = 0;
 };
@@ -52,8 +52,8 @@ struct BwdOutputs {
 // `stream` is the CUDA stream of the call (the copies stay synchronous).
 FwdOutputs run_forward(const AttnInputs& in, const std::string& backend, Device device,
                        std::optional<DType> compute = std::nullopt, flashattn::Stream stream = nullptr);
-BwdOutputs run_backward(const AttnInputs& in, const FwdOutputs& fwd, const std::string& backend,
-                        Device device, bool deterministic = false, std::optional<DType> compute = std::nullopt,
+BwdOutputs run_backward(const AttnInputs& in, const FwdOutputs& fwd, const std::string& backend, Device device,
+                        bool deterministic = false, std::optional<DType> compute = std::nullopt,
                         flashattn::Stream stream = nullptr);
 
 // The fp64 oracle: cpu_reference on inputs upcast to f32 (exact), outputs in f32.

@@ -9,9 +9,12 @@ namespace {
 
 double epsilon(DType dtype) {
   switch (dtype) {
-    case DType::bf16: return std::ldexp(1.0, -8);
-    case DType::f16: return std::ldexp(1.0, -11);
-    default: return std::ldexp(1.0, -24);
+    case DType::bf16:
+      return std::ldexp(1.0, -8);
+    case DType::f16:
+      return std::ldexp(1.0, -11);
+    default:
+      return std::ldexp(1.0, -24);
   }
 }
 
@@ -35,8 +38,8 @@ testing::AssertionResult within_criterion(const std::string& what, const HostTen
                                           const std::vector<double>& ref, const std::vector<double>& naive,
                                           DType dtype) {
   if (got.numel() != int64_t(ref.size()) || naive.size() != ref.size())
-    return testing::AssertionFailure() << what << ": size mismatch (got " << got.numel() << ", ref "
-                                       << ref.size() << ", naive " << naive.size() << ")";
+    return testing::AssertionFailure() << what << ": size mismatch (got " << got.numel() << ", ref " << ref.size()
+                                       << ", naive " << naive.size() << ")";
   double err = 0, naive_err = 0;
   int64_t worst = -1;
   for (size_t i = 0; i < ref.size(); ++i) {
@@ -50,9 +53,10 @@ testing::AssertionResult within_criterion(const std::string& what, const HostTen
   const double bound = 2.0 * naive_err + criterion_floor(dtype, ref);
   if (err <= bound) return testing::AssertionSuccess();
   std::ostringstream s;
-  s << what << ": max |got - ref| = " << err << " exceeds 2 * " << naive_err << " (naive " << flashattn::dtype_name(dtype)
-    << " error) + floor = " << bound;
-  if (worst >= 0) s << "; worst at flat index " << worst << ": got " << got.get(worst) << ", ref " << ref[size_t(worst)];
+  s << what << ": max |got - ref| = " << err << " exceeds 2 * " << naive_err << " (naive "
+    << flashattn::dtype_name(dtype) << " error) + floor = " << bound;
+  if (worst >= 0)
+    s << "; worst at flat index " << worst << ": got " << got.get(worst) << ", ref " << ref[size_t(worst)];
   return testing::AssertionFailure() << s.str();
 }
 

@@ -41,22 +41,36 @@ Tensor HostTensor::view() const {
 double HostTensor::get(int64_t i) const {
   const uint8_t* p = bytes_.data();
   switch (dtype_) {
-    case DType::f32: return reinterpret_cast<const float*>(p)[i];
-    case DType::f16: return f16_to_float(reinterpret_cast<const uint16_t*>(p)[i]);
-    case DType::bf16: return bf16_to_float(reinterpret_cast<const uint16_t*>(p)[i]);
-    case DType::i32: return reinterpret_cast<const int32_t*>(p)[i];
-    default: throw std::runtime_error("HostTensor::get: unsupported dtype");
+    case DType::f32:
+      return reinterpret_cast<const float*>(p)[i];
+    case DType::f16:
+      return f16_to_float(reinterpret_cast<const uint16_t*>(p)[i]);
+    case DType::bf16:
+      return bf16_to_float(reinterpret_cast<const uint16_t*>(p)[i]);
+    case DType::i32:
+      return reinterpret_cast<const int32_t*>(p)[i];
+    default:
+      throw std::runtime_error("HostTensor::get: unsupported dtype");
   }
 }
 
 void HostTensor::set(int64_t i, double value) {
   uint8_t* p = bytes_.data();
   switch (dtype_) {
-    case DType::f32: reinterpret_cast<float*>(p)[i] = float(value); break;
-    case DType::f16: reinterpret_cast<uint16_t*>(p)[i] = float_to_f16(float(value)); break;
-    case DType::bf16: reinterpret_cast<uint16_t*>(p)[i] = float_to_bf16(float(value)); break;
-    case DType::i32: reinterpret_cast<int32_t*>(p)[i] = int32_t(value); break;
-    default: throw std::runtime_error("HostTensor::set: unsupported dtype");
+    case DType::f32:
+      reinterpret_cast<float*>(p)[i] = float(value);
+      break;
+    case DType::f16:
+      reinterpret_cast<uint16_t*>(p)[i] = float_to_f16(float(value));
+      break;
+    case DType::bf16:
+      reinterpret_cast<uint16_t*>(p)[i] = float_to_bf16(float(value));
+      break;
+    case DType::i32:
+      reinterpret_cast<int32_t*>(p)[i] = int32_t(value);
+      break;
+    default:
+      throw std::runtime_error("HostTensor::set: unsupported dtype");
   }
 }
 
@@ -94,9 +108,7 @@ HostTensor HostTensor::as(DType dtype) const {
   return out;
 }
 
-HostTensor i32_tensor(const std::vector<int32_t>& values) {
-  return i32_tensor(values, {int64_t(values.size())});
-}
+HostTensor i32_tensor(const std::vector<int32_t>& values) { return i32_tensor(values, {int64_t(values.size())}); }
 
 HostTensor i32_tensor(const std::vector<int32_t>& values, std::vector<int64_t> shape) {
   HostTensor t(DType::i32, std::move(shape));

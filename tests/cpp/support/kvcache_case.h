@@ -20,7 +20,7 @@ struct KVConfig {
   int64_t seqlen_new = 0;              // tokens appended (k_new/v_new)
   bool batch_idx = false;              // cache rows permuted through cache_batch_idx
   bool leftpad = false;
-  int64_t rotary_dim = 0;              // 0: no rotary
+  int64_t rotary_dim = 0;  // 0: no rotary
   bool rotary_interleaved = true;
   bool causal = false;
   int window_left = -1, window_right = -1;
@@ -49,8 +49,8 @@ KVOutputs run_kvcache(const KVInputs& in, const std::string& backend, Device dev
 // The oracle: the reference's updated cache gathered into an equivalent varlen problem, with queries
 // rotated in fp64; `naive` the same problem in the storage dtype.
 struct KVOracle {
-  KVOutputs appended;                // cpu_reference run in the storage dtype (cache contents oracle)
-  std::vector<double> out, lse;      // fp64 oracle, in the layouts of KVOutputs
+  KVOutputs appended;            // cpu_reference run in the storage dtype (cache contents oracle)
+  std::vector<double> out, lse;  // fp64 oracle, in the layouts of KVOutputs
   std::vector<double> naive_out, naive_lse;
 };
 KVOracle kv_oracle(const KVInputs& in);

@@ -62,9 +62,15 @@ NaiveOutputs naive_lowp(const AttnInputs& in, bool with_backward) {
       const int64_t hk = h / group;
       const float slope = c.alibi ? float(in.alibi.get(c.alibi_per_batch ? b * H + h : h)) : 0.0f;
       const ScoreMod<float> mod{scale, c.softcap, slope};
-      auto qi = [&](int64_t i, int64_t d) { return (b * lq.batch_stride + (q0 + i) * lq.row_stride + h * lq.head_stride) + d; };
-      auto kj = [&](int64_t j, int64_t d) { return (b * lk.batch_stride + (k0 + j) * lk.row_stride + hk * lk.head_stride) + d; };
-      auto lse_at = [&](int64_t i) { return c.varlen() ? h * int64_t(r.lse.size() / H) + q0 + i : (b * H + h) * sq + i; };
+      auto qi = [&](int64_t i, int64_t d) {
+        return (b * lq.batch_stride + (q0 + i) * lq.row_stride + h * lq.head_stride) + d;
+      };
+      auto kj = [&](int64_t j, int64_t d) {
+        return (b * lk.batch_stride + (k0 + j) * lk.row_stride + hk * lk.head_stride) + d;
+      };
+      auto lse_at = [&](int64_t i) {
+        return c.varlen() ? h * int64_t(r.lse.size() / H) + q0 + i : (b * H + h) * sq + i;
+      };
       std::vector<float> qk(static_cast<size_t>(sq * sk), 0.0f), p(size_t(sq * sk), 0.0f), z(size_t(sq * sk), 0.0f);
       for (int64_t i = 0; i < sq; ++i) {
         const int64_t jb = mask.key_begin(i), je = mask.key_end(i);
