@@ -8,6 +8,7 @@
 #include "case_catalog.h"
 #include "criterion.h"
 #include "naive_lowp.h"
+#include "outputs_criterion.h"
 
 namespace fa_test {
 namespace {
@@ -35,9 +36,7 @@ TEST_P(BackendBackward, MatchesReference) {
     if (e.status() == flashattn::Status::unsupported) GTEST_SKIP() << e.what();
     throw;
   }
-  EXPECT_TRUE(within_criterion("dq", got.dq, ref.dq.to_double(), naive.dq, cfg.dtype));
-  EXPECT_TRUE(within_criterion("dk", got.dk, ref.dk.to_double(), naive.dk, cfg.dtype));
-  EXPECT_TRUE(within_criterion("dv", got.dv, ref.dv.to_double(), naive.dv, cfg.dtype));
+  expect_backward_within_criterion(got, ref, naive, cfg.dtype);
 }
 
 INSTANTIATE_TEST_SUITE_P(Catalogue, BackendBackward,

@@ -8,6 +8,7 @@
 #include "case_catalog.h"
 #include "criterion.h"
 #include "naive_lowp.h"
+#include "outputs_criterion.h"
 
 namespace fa_test {
 namespace {
@@ -33,8 +34,7 @@ TEST_P(BackendForward, MatchesReference) {
     if (e.status() == flashattn::Status::unsupported) GTEST_SKIP() << e.what();
     throw;
   }
-  EXPECT_TRUE(within_criterion("out", got.out, ref.out.to_double(), naive.out, cfg.dtype));
-  EXPECT_TRUE(within_criterion("softmax_lse", got.lse, ref.lse.to_double(), naive.lse, DType::f32));
+  expect_forward_within_criterion(got, ref, naive, cfg.dtype);
 }
 
 INSTANTIATE_TEST_SUITE_P(Catalogue, BackendForward,

@@ -397,20 +397,13 @@ TEST(CpuFlashBackward, BothSchedulesAgreeBitwise) {
 flashattn::BwdParams params_of(const AttnInputs& in, HostTensor& out, HostTensor& lse, HostTensor& grads) {
   const AttnConfig& c = in.cfg;
   flashattn::BwdParams p;
+  fill_call_options(p, in);
   p.q = in.q.view();
   p.k = in.k.view();
   p.v = in.v.view();
   p.cu_seqlens_q = in.cu_seqlens_q.view();
   p.cu_seqlens_k = in.cu_seqlens_k.view();
-  p.max_seqlen_q = in.max_seqlen_q;
-  p.max_seqlen_k = in.max_seqlen_k;
-  p.options.softmax_scale = c.softmax_scale;
-  p.options.causal = c.causal;
-  p.options.window_left = c.window_left;
-  p.options.window_right = c.window_right;
   p.options.alibi_slopes = in.alibi.view();
-  p.options.softcap = c.softcap;
-  p.dropout_p = c.dropout_p;
   out = HostTensor(c.dtype, in.q.shape());
   lse = c.varlen() ? HostTensor(DType::f32, {c.heads, in.q.shape()[0]})
                    : HostTensor(DType::f32, {c.batch, c.heads, c.seqlen_q});

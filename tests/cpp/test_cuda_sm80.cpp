@@ -21,6 +21,7 @@
 #include "cuda/sm80/smem_layout.h"
 #include "cuda/sm80/tile_range.h"
 #include "naive_lowp.h"
+#include "outputs_criterion.h"
 
 #if defined(FLASHATTN_WITH_CUDA)
 #include <cuda_runtime_api.h>
@@ -263,8 +264,7 @@ void expect_forward_matches(const AttnConfig& cfg, uint64_t seed) {
   FA_SKIP_IF_UNSUPPORTED(got = run_forward(in, kBackend, Device::cuda(0)));
   const FwdOutputs ref = reference_forward(in);
   const NaiveOutputs naive = naive_lowp(in, false);
-  EXPECT_TRUE(within_criterion("out", got.out, ref.out.to_double(), naive.out, cfg.dtype));
-  EXPECT_TRUE(within_criterion("softmax_lse", got.lse, ref.lse.to_double(), naive.lse, DType::f32));
+  expect_forward_within_criterion(got, ref, naive, cfg.dtype);
 }
 
 void expect_backward_matches(const AttnConfig& cfg, uint64_t seed, bool deterministic) {
@@ -275,9 +275,7 @@ void expect_backward_matches(const AttnConfig& cfg, uint64_t seed, bool determin
       got = run_backward(in, run_forward(in, kBackend, Device::cuda(0)), kBackend, Device::cuda(0), deterministic));
   const BwdOutputs ref = reference_backward(in);
   const NaiveOutputs naive = naive_lowp(in, true);
-  EXPECT_TRUE(within_criterion("dq", got.dq, ref.dq.to_double(), naive.dq, cfg.dtype));
-  EXPECT_TRUE(within_criterion("dk", got.dk, ref.dk.to_double(), naive.dk, cfg.dtype));
-  EXPECT_TRUE(within_criterion("dv", got.dv, ref.dv.to_double(), naive.dv, cfg.dtype));
+  expect_backward_within_criterion(got, ref, naive, cfg.dtype);
 }
 
 AttnConfig small_config(int bucket, int64_t sq, int64_t sk, bool causal) {

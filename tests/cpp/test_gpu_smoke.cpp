@@ -7,6 +7,7 @@
 #include "case_catalog.h"
 #include "criterion.h"
 #include "naive_lowp.h"
+#include "outputs_criterion.h"
 
 namespace fa_test {
 namespace {
@@ -39,8 +40,7 @@ TEST_P(GpuSmoke, ForwardAndBackward) {
     if (e.status() == flashattn::Status::unsupported) GTEST_SKIP() << e.what();
     throw;
   }
-  EXPECT_TRUE(within_criterion("out", fwd.out, ref.out.to_double(), naive.out, cfg.dtype));
-  EXPECT_TRUE(within_criterion("softmax_lse", fwd.lse, ref.lse.to_double(), naive.lse, DType::f32));
+  expect_forward_within_criterion(fwd, ref, naive, cfg.dtype);
   BwdOutputs got;
   try {
     got = run_backward(in, fwd, backend, flashattn::Device::cuda(0));
@@ -49,9 +49,7 @@ TEST_P(GpuSmoke, ForwardAndBackward) {
     throw;
   }
   const BwdOutputs bref = reference_backward(in);
-  EXPECT_TRUE(within_criterion("dq", got.dq, bref.dq.to_double(), naive.dq, cfg.dtype));
-  EXPECT_TRUE(within_criterion("dk", got.dk, bref.dk.to_double(), naive.dk, cfg.dtype));
-  EXPECT_TRUE(within_criterion("dv", got.dv, bref.dv.to_double(), naive.dv, cfg.dtype));
+  expect_backward_within_criterion(got, bref, naive, cfg.dtype);
 }
 
 INSTANTIATE_TEST_SUITE_P(Smoke, GpuSmoke,

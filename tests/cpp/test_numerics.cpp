@@ -16,6 +16,7 @@
 #include "criterion.h"
 #include "kvcache_case.h"
 #include "naive_lowp.h"
+#include "outputs_criterion.h"
 
 namespace fa_test {
 namespace {
@@ -229,11 +230,8 @@ TEST_P(Numerics, FullyMaskedRowsGiveZeroOutputInfiniteLseAndZeroGradients) {
         }
       }
     EXPECT_GT(empty, 0);
-    EXPECT_TRUE(within_criterion("out", fwd.out, ref.out.to_double(), naive.out, cfg.dtype));
-    EXPECT_TRUE(within_criterion("softmax_lse", fwd.lse, ref.lse.to_double(), naive.lse, DType::f32));
-    EXPECT_TRUE(within_criterion("dq", bwd.dq, ref_bwd.dq.to_double(), naive.dq, cfg.dtype));
-    EXPECT_TRUE(within_criterion("dk", bwd.dk, ref_bwd.dk.to_double(), naive.dk, cfg.dtype));
-    EXPECT_TRUE(within_criterion("dv", bwd.dv, ref_bwd.dv.to_double(), naive.dv, cfg.dtype));
+    expect_forward_within_criterion(fwd, ref, naive, cfg.dtype);
+    expect_backward_within_criterion(bwd, ref_bwd, naive, cfg.dtype);
   }
 }
 
@@ -258,13 +256,10 @@ void expect_finite_and_close(const std::string& backend, Device device, const At
   const NaiveOutputs naive = naive_lowp(in, true);
   for (const HostTensor* t : {&fwd.out, &fwd.lse, &bwd.dq, &bwd.dk, &bwd.dv})
     for (int64_t k = 0; k < t->numel(); ++k) ASSERT_TRUE(std::isfinite(t->get(k))) << "element " << k;
-  EXPECT_TRUE(within_criterion("out", fwd.out, ref.out.to_double(), naive.out, cfg.dtype));
-  EXPECT_TRUE(within_criterion("softmax_lse", fwd.lse, ref.lse.to_double(), naive.lse, DType::f32));
+  expect_forward_within_criterion(fwd, ref, naive, cfg.dtype);
   if (close_gradients) {
     const BwdOutputs ref_bwd = reference_backward(in);
-    EXPECT_TRUE(within_criterion("dq", bwd.dq, ref_bwd.dq.to_double(), naive.dq, cfg.dtype));
-    EXPECT_TRUE(within_criterion("dk", bwd.dk, ref_bwd.dk.to_double(), naive.dk, cfg.dtype));
-    EXPECT_TRUE(within_criterion("dv", bwd.dv, ref_bwd.dv.to_double(), naive.dv, cfg.dtype));
+    expect_backward_within_criterion(bwd, ref_bwd, naive, cfg.dtype);
     return;
   }
   const double scale = cfg.softmax_scale.value_or(1.0 / std::sqrt(double(cfg.head_dim)));
@@ -372,11 +367,8 @@ TEST_P(Numerics, EmptyShapesRunAndWriteEveryOutput) {
     const BwdOutputs ref_bwd = reference_backward(in);
     const NaiveOutputs naive = naive_lowp(in, true);
     // Poisoned outputs: any element left unwritten is NaN and fails the criterion.
-    EXPECT_TRUE(within_criterion("out", fwd.out, ref.out.to_double(), naive.out, cfg.dtype));
-    EXPECT_TRUE(within_criterion("softmax_lse", fwd.lse, ref.lse.to_double(), naive.lse, DType::f32));
-    EXPECT_TRUE(within_criterion("dq", bwd.dq, ref_bwd.dq.to_double(), naive.dq, cfg.dtype));
-    EXPECT_TRUE(within_criterion("dk", bwd.dk, ref_bwd.dk.to_double(), naive.dk, cfg.dtype));
-    EXPECT_TRUE(within_criterion("dv", bwd.dv, ref_bwd.dv.to_double(), naive.dv, cfg.dtype));
+    expect_forward_within_criterion(fwd, ref, naive, cfg.dtype);
+    expect_backward_within_criterion(bwd, ref_bwd, naive, cfg.dtype);
   }
 }
 

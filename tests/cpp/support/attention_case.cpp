@@ -60,6 +60,20 @@ AttnInputs make_inputs(const AttnConfig& cfg, uint64_t seed) {
   return in;
 }
 
+void fill_call_options(flashattn::FwdParams& p, const AttnInputs& in) {
+  const AttnConfig& c = in.cfg;
+  p.max_seqlen_q = in.max_seqlen_q;
+  p.max_seqlen_k = in.max_seqlen_k;
+  p.options.softmax_scale = c.softmax_scale;
+  p.options.causal = c.causal;
+  p.options.window_left = c.window_left;
+  p.options.window_right = c.window_right;
+  p.options.softcap = c.softcap;
+  p.dropout_p = c.dropout_p;
+  p.seed = c.dropout_seed;
+  p.offset = c.dropout_offset;
+}
+
 namespace {
 
 struct Uploaded {
@@ -78,24 +92,14 @@ Uploaded upload(const AttnInputs& in, Device device, DType dt) {
 }
 
 void fill_fwd_params(flashattn::FwdParams& p, const AttnInputs& in, const Uploaded& u, const std::string& backend) {
-  const AttnConfig& c = in.cfg;
+  fill_call_options(p, in);
   p.q = u.q.view();
   p.k = u.k.view();
   p.v = u.v.view();
   p.cu_seqlens_q = u.cu_q.view();
   p.cu_seqlens_k = u.cu_k.view();
-  p.max_seqlen_q = in.max_seqlen_q;
-  p.max_seqlen_k = in.max_seqlen_k;
-  p.options.softmax_scale = c.softmax_scale;
-  p.options.causal = c.causal;
-  p.options.window_left = c.window_left;
-  p.options.window_right = c.window_right;
   p.options.alibi_slopes = u.alibi.view();
-  p.options.softcap = c.softcap;
   p.options.backend = backend;
-  p.dropout_p = c.dropout_p;
-  p.seed = c.dropout_seed;
-  p.offset = c.dropout_offset;
 }
 
 HostTensor lse_shape(const AttnInputs& in) {

@@ -40,6 +40,11 @@ struct AttnInputs {
 
 AttnInputs make_inputs(const AttnConfig& cfg, uint64_t seed);
 
+// Everything of a call that comes from the config rather than from tensors: max_seqlen_q/k, the
+// options (scale, causal, window, softcap) and dropout (p, seed, offset). Tensors, ALiBi slopes and the
+// backend are the caller's.
+void fill_call_options(flashattn::FwdParams& p, const AttnInputs& in);
+
 struct FwdOutputs {
   HostTensor out, lse;
 };
