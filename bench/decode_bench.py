@@ -55,6 +55,9 @@ def parse_args(argv=None):
     p.add_argument("--pages", type=int, nargs="+", help="page sizes; 0 = contiguous cache")
     p.add_argument("--causal", action="store_true", help="run cuda_decode causal (bottom-right) for Sq > 1")
     p.add_argument("--no-peers", action="store_true", help="time only cuda_decode")
+    p.add_argument("--graph", action="store_true",
+                   help="time every implementation as the replay of a CUDA graph of one call: the kernels "
+                        "without the host path of a Python call (how serving engines run decode)")
     p.add_argument("--rep-ms", type=float, default=100.0, help="timing budget per implementation and config")
     p.add_argument("--max-kv-gib", type=float, default=24.0, help="skip configurations with more K+V bytes")
     p.add_argument("--out", default=None, help="JSON path (default: $OUT/decode_bench.json or ./decode_bench.json)")
@@ -157,6 +160,21 @@ def read_ceilings(torch, timer):
     return out
 
 
+def graphed(torch, fn):
+    """fn captured in a CUDA graph (after warm-up calls on a side stream, as torch requires); returns
+    the graph's replay."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
 # ------------------------------------------------------------------------------------------ one config
 
 def run_config(torch, F, flashattn, timer, cfg, args, peers_cache):
@@ -193,7 +211,7 @@ def run_config(torch, F, flashattn, timer, cfg, args, peers_cache):
         row["backend"] = "query failed: " + repr(e)[:100]
 
     ours = call()
-    ms = timer(call, args.rep_ms)
+    ms = timer(graphed(torch, call) if args.graph else call, args.rep_ms)
     row["cuda_decode_ms"] = ms
     row["cuda_decode_tbps"] = row["kv_bytes"] / ms / 1e9
 
@@ -208,7 +226,8 @@ def run_config(torch, F, flashattn, timer, cfg, args, peers_cache):
             if (key, name) not in peers_cache:
                 try:
                     with sdpa_kernel([be]), torch.no_grad():
-                        t = timer(lambda: F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True), args.rep_ms)
+                        peer = lambda: F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
+                        t = timer(graphed(torch, peer) if args.graph else peer, args.rep_ms)
                     peers_cache[(key, name)] = (row["kv_bytes"] / t / 1e9, None)
                 except Exception as e:
                     peers_cache[(key, name)] = (None, repr(e)[:160])

@@ -7,13 +7,15 @@
 #   4. flashattn-bench: the seed's table and a sweep of the CUDA ladder,
 #   5. compute-sanitizer memcheck, racecheck, synccheck and initcheck on the reduced smoke suite,
 #   6. the Python package's torch tests,
-#   7. summary.md (device, date, commit, commands, failed steps) for bench/results/.
+#   7. the GPU scale tests (GpuScale.*: tensors beyond 2^31 elements, head dim 256 at 2^20 tokens; tens of GB),
+#   8. summary.md (device, date, commit, commands, failed steps) for bench/results/.
 #
 # Binaries: .gpu/bin.tgz (or .gpu/bin/) staged on a build machine by scripts/stage-gpu.sh, or built here
 # with --build (needs GoogleTest). Python: the wheel in .gpu/wheels/, installed with --no-index.
 #
 # Usage: scripts/gpu-check.sh [--build] [--tests FILTER] [--only STEPS] [--limits "tests=110 compare=100 ..."]
 #                             [--compare-args "ARGS"] [--decode-args "ARGS"] [--sweep-args "ARGS"]
+#                             [--sanitizer-tests FILTER]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -22,12 +24,13 @@ BIN=$ROOT/.gpu/bin
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 do_build=0
-only="tests compare decode bench sanitizer python"
+only="tests compare decode bench sanitizer python scale"
 test_filter='*cuda*:*Cuda*:*GpuSmoke*'
+sanitizer_filter='*GpuSmoke*'
 compare_args='--dtypes bf16 --dims 64,128 --modes fwd,fwdbwd'
 decode_args=''
 sweep_args='--dims 64,128 --seqlens 512,2048,8192 --iters 5 --warmup 1'
-declare -A limit=([tests]=110 [compare]=100 [decode]=50 [bench]=50 [sanitizer]=60 [python]=50)
+declare -A limit=([tests]=110 [compare]=100 [decode]=50 [bench]=50 [sanitizer]=60 [python]=50 [scale]=120)
 args="$*"
 while (($#)); do
   case $1 in
@@ -38,6 +41,7 @@ while (($#)); do
     --compare-args) compare_args=$2; shift ;;
     --decode-args) decode_args=$2; shift ;;
     --sweep-args) sweep_args=$2; shift ;;
+    --sanitizer-tests) sanitizer_filter=$2; shift ;;
     *) echo "gpu-check: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -100,12 +104,15 @@ if wants sanitizer; then
   quarter=$((limit[sanitizer] / 4))
   for tool in memcheck racecheck synccheck initcheck; do
     step "sanitizer-$tool" "$quarter" compute-sanitizer --tool "$tool" --error-exitcode 99 \
-      "$TESTS" --gtest_filter='*GpuSmoke*' --gtest_brief=1
+      "$TESTS" --gtest_filter="$sanitizer_filter" --gtest_brief=1
   done
 fi
 if wants python && [ -n "$wheel" ]; then
   step python-tests "${limit[python]}" python3 -m pytest -q -p no:cacheprovider tests/python/test_torch_attention.py \
     tests/python/test_torch_kvcache.py tests/python/test_torch_transformers.py
+fi
+if wants scale; then
+  step gpu-scale "${limit[scale]}" "$TESTS" --gtest_filter='GpuScale.*'
 fi
 
 {

@@ -92,6 +92,7 @@ TEST(CudaSm80Layout, SwizzledTilesAreBijectiveConflictFreeAndLaneAddressesMatch)
   check_tile<64, 32>();
   check_tile<128, 64>();
   check_tile<64, 96>();
+  check_tile<64, 192>();
   check_tile<128, 128>();
   check_tile<64, 160>();
   check_tile<128, 192>();
@@ -103,7 +104,8 @@ TEST(CudaSm80Layout, SwizzledTilesAreBijectiveConflictFreeAndLaneAddressesMatch)
 
 TEST(CudaSm80Layout, TileConfigurationsFitSm80) {
   for (int d : sm80::kHeadDimBuckets) {
-    EXPECT_TRUE(sm80::valid(sm80::fwd_tile(d))) << d;
+    EXPECT_TRUE(sm80::valid(sm80::fwd_tile(d, true))) << d;
+    EXPECT_TRUE(sm80::valid(sm80::fwd_tile(d, false))) << d;
     EXPECT_TRUE(sm80::valid(sm80::bwd_tile(d))) << d;
     EXPECT_TRUE(sm80::valid(sm80::dq_tile(d))) << d;
     EXPECT_EQ(sm80::head_dim_bucket(d), d);
@@ -294,16 +296,22 @@ AttnConfig small_config(int bucket, int64_t sq, int64_t sk, bool causal) {
 
 class CudaSm80Buckets : public testing::TestWithParam<int> {};
 
-// Query and key counts one below, at and one above the forward tile sizes of the bucket.
+// Query and key counts one below, at and one above the forward tile sizes of the bucket, for both kernel
+// instances (their tiles differ): a softcap selects the general one (args.h).
 TEST_P(CudaSm80Buckets, ForwardAtTileBoundaries) {
   FA_SKIP_WITHOUT_GPU();
   const int bucket = GetParam();
-  const sm80::FwdTile tile = sm80::fwd_tile(bucket);
   uint64_t seed = 100;
-  for (int dm : {-1, 0, 1})
-    for (int dn : {-1, 0, 1})
-      for (bool causal : {false, true})
-        expect_forward_matches(small_config(bucket, tile.block_m + dm, tile.block_n + dn, causal), ++seed);
+  for (bool general : {false, true}) {
+    const sm80::FwdTile tile = sm80::fwd_tile(bucket, general);
+    for (int dm : {-1, 0, 1})
+      for (int dn : {-1, 0, 1})
+        for (bool causal : {false, true}) {
+          AttnConfig c = small_config(bucket, tile.block_m + dm, tile.block_n + dn, causal);
+          if (general) c.softcap = 20.0f;
+          expect_forward_matches(c, ++seed);
+        }
+  }
 }
 
 // Key counts around the backward CTA tile, query counts around its query step (one below: a partial

@@ -262,7 +262,7 @@ void expect_finite_and_close(const std::string& backend, Device device, const At
     expect_backward_within_criterion(bwd, ref_bwd, naive, cfg.dtype);
     return;
   }
-  const double scale = cfg.softmax_scale.value_or(1.0 / std::sqrt(double(cfg.head_dim)));
+  const double scale = std::fabs(cfg.softmax_scale.value_or(1.0 / std::sqrt(double(cfg.head_dim))));
   const double rows = double(cfg.seqlen_q * (cfg.heads / cfg.heads_k));
   const double ds = 2.0 * double(cfg.head_dim) * max_abs(in.dout) * max_abs(in.v) * 1.01;
   EXPECT_LE(max_abs(bwd.dq), scale * max_abs(in.k) * ds);
@@ -305,6 +305,22 @@ TEST_P(Numerics, ExtremeSoftmaxScalesStayFiniteWithExtremeLogits) {
       c.softmax_scale = scale;
       FA_SKIP_UNSUPPORTED(expect_finite_and_close(GetParam(), device(), make_inputs(c, 7), scale < 1.0f));
     }
+}
+
+TEST_P(Numerics, NonPositiveSoftmaxScalesMatch) {
+  // A negative scale makes the largest dot product the smallest logit, zero a uniform softmax. The sm80
+  // forward's feature-free kernel takes its running maximum before scaling, so it must never get these;
+  // the extreme case (logits spanning ~2000 in base 2) overflows exp2 if it did.
+  for (DType dt : {DType::f32, DType::bf16}) {
+    AttnConfig c = small_causal(dt);
+    c.seqlen_q = 20, c.seqlen_k = 70, c.head_dim = 32;
+    for (float scale : {-0.5f, 0.0f}) {
+      c.softmax_scale = scale;
+      FA_SKIP_UNSUPPORTED(expect_finite_and_close(GetParam(), device(), make_inputs(c, 11), true));
+    }
+    c.softmax_scale = -1.0f;
+    FA_SKIP_UNSUPPORTED(expect_finite_and_close(GetParam(), device(), scaled_inputs(c, 11, 8.0), false));
+  }
 }
 
 TEST_P(Numerics, ExtremeSoftcapsStayFiniteAndMatch) {

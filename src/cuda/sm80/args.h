@@ -39,6 +39,19 @@ struct BwdArgs {
   int num_m_blocks = 0;       // query tiles per (sequence, head) of the deterministic dQ kernel
 };
 
+// Each kernel is compiled twice: a general instance and one without dropout, softcap and ALiBi
+// (kGeneral = false), whose element-wise code is a scale, a mask compare and exp2. Most training calls
+// use none of the three, and the general code's registers and instructions cost the feature-free call
+// up to half its time (bench/NOTES.md, sm80 v3). Chosen on the host, per call.
+inline bool needs_general_kernel(const FwdProblem& p) {
+  return p.dropout.p > 0.0f || p.score.softcap != 0.0f || p.score.alibi_slopes != nullptr;
+}
+// The feature-free forward also folds the scale into exp2's argument after taking the row maximum of
+// the raw dot products, which is only the maximum of the logits when the scale is positive.
+inline bool needs_general_fwd(const FwdProblem& p) {
+  return needs_general_kernel(p) || !(p.score.softmax_scale > 0.0f);
+}
+
 // Index of query row i of sequence b among all query rows of the call (b * seqlen_q + i when dense,
 // cu_seqlens_q[b] + i when varlen): the row index of the fp32 workspaces of the backward.
 FA_HD int64_t global_q_row(const FwdProblem& p, int64_t b, const SeqRange& seq, int64_t i) {

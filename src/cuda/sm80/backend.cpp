@@ -106,9 +106,9 @@ std::string common_reason(const FwdProblem& p, int64_t smem) {
 }
 
 std::string supports_fwd(const FwdProblem& p) {
-  const int bucket = head_dim_bucket(p.head_dim);
-  if (std::string r = common_reason(p, fwd_tile(bucket).smem_bytes()); !r.empty()) return r;
-  return grid_reason(cuda::ceil_div(p.seqlen_q, fwd_tile(bucket).block_m) * p.heads * p.batch, "the forward");
+  const cuda::sm80::FwdTile tile = fwd_tile(head_dim_bucket(p.head_dim), cuda::sm80::needs_general_fwd(p));
+  if (std::string r = common_reason(p, tile.smem_bytes()); !r.empty()) return r;
+  return grid_reason(cuda::ceil_div(p.seqlen_q, tile.block_m) * p.heads * p.batch, "the forward");
 }
 
 std::string supports_bwd(const BwdProblem& p) {

@@ -289,8 +289,8 @@ void launch_bwd_tiled(const BwdArgs& args, cudaStream_t stream) {
   using Main = BwdTiled<T, kHeadDim>;
   const int64_t blocks = int64_t(args.num_n_blocks) * args.p.heads_k * args.p.batch;
   if (blocks == 0) return;
-  const bool general = args.s.dropout || args.p.score.softcap != 0.0f || args.p.score.alibi_slopes != nullptr;
-  auto kernel = general ? bwd_tiled_kernel<T, kHeadDim, true> : bwd_tiled_kernel<T, kHeadDim, false>;
+  auto kernel =
+      needs_general_kernel(args.p) ? bwd_tiled_kernel<T, kHeadDim, true> : bwd_tiled_kernel<T, kHeadDim, false>;
   allow_dynamic_smem(kernel, Main::kSmemBytes, args.p.device.index, "sm80 backward");
   kernel<<<grid_1d(blocks, "sm80 backward"), Main::kThreads, Main::kSmemBytes, stream>>>(args);
   FA_CUDA_CHECK_LAUNCH("sm80 backward kernel");

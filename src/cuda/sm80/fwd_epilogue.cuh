@@ -15,9 +15,9 @@
 
 namespace flashattn::detail::cuda::sm80 {
 
-template <typename T, int kHeadDim>
+// Main: the FwdMainloop instance whose accumulators are stored.
+template <typename T, typename Main>
 struct FwdEpilogue {
-  using Main = FwdMainloop<T, kHeadDim>;
   static constexpr int kMFrags = Main::kMFrags;
   static constexpr int kDFrags = Main::kDFrags;
   using QTile = typename Main::QTile;

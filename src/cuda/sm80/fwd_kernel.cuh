@@ -15,6 +15,10 @@
 //
 // Tiles left of / right of the visible band of the CTA's rows are never visited; only tiles that
 // straddle a mask boundary (or the sequence end) run the element-wise mask (tile_range.h).
+//
+// kGeneral = false (args.h, needs_general_fwd): no dropout, softcap or ALiBi, and a positive scale. The
+// scores stay raw dot products until the softmax, which folds the scale into exp2's FFMA; dropout and the
+// score transform are compiled out, and the tile may be larger (kernel_traits.h).
 
 #include <cuda_runtime_api.h>
 
@@ -35,10 +39,10 @@
 
 namespace flashattn::detail::cuda::sm80 {
 
-template <typename T, int kHeadDim>
-__global__ void __launch_bounds__(FwdMainloop<T, kHeadDim>::kThreads, 1)
+template <typename T, int kHeadDim, bool kGeneral>
+__global__ void __launch_bounds__(FwdMainloop<T, kHeadDim, kGeneral>::kThreads, 1)
     fwd_kernel(const __grid_constant__ FwdArgs args) {
-  using Main = FwdMainloop<T, kHeadDim>;
+  using Main = FwdMainloop<T, kHeadDim, kGeneral>;
   constexpr int kBlockM = Main::kBlockM, kBlockN = Main::kBlockN, kMFrags = Main::kMFrags;
   constexpr int kNFrags = Main::kNFrags, kDFrags = Main::kDFrags;
 
@@ -122,12 +126,12 @@ __global__ void __launch_bounds__(FwdMainloop<T, kHeadDim>::kThreads, 1)
     }
 
     const int64_t key0 = int64_t(n) * kBlockN;
-    logits_rowmajor(s, score, mask, warp_first_row, key0, lane);
+    if constexpr (kGeneral) logits_rowmajor(s, score, mask, warp_first_row, key0, lane);
     if (!tile_fully_visible(mask, m0, m0 + valid_rows - 1, key0, key0 + kBlockN - 1))
       mask_rowmajor(s, mask, warp_first_row, key0, lane);
 
     float rescale[kMFrags][2];
-    softmax.update(s, rescale);
+    softmax.update(s, rescale, kGeneral ? 1.0f : args.s.scale_log2);
     // Once the running maxima settle (most tiles of a long row), every factor is exactly 1 and the
     // kDFrags * 4 * kMFrags multiplies of O would be identities: skip them when no row of the warp moved
     // (a warp-uniform vote, so the branch does not diverge; the result is bitwise the same).
@@ -143,7 +147,7 @@ __global__ void __launch_bounds__(FwdMainloop<T, kHeadDim>::kThreads, 1)
           for (int e = 0; e < 4; ++e) o[mf][f][e] *= rescale[mf][e >> 1];
     }
 
-    if (args.s.dropout) {
+    if (kGeneral && args.s.dropout) {
       // The row sums above used the undropped P (LSE is of the undropped softmax); O uses the dropped one.
 #pragma unroll
       for (int mf = 0; mf < kMFrags; ++mf)
@@ -161,21 +165,29 @@ __global__ void __launch_bounds__(FwdMainloop<T, kHeadDim>::kThreads, 1)
 
   T* out_tile = static_cast<T*>(p.out.ptr) + p.out.offset(b, seq.q_start + m0, h);
   float* lse_tile = p.lse.ptr ? p.lse.ptr + p.lse.offset(b, seq.q_start + m0, h) : nullptr;
-  FwdEpilogue<T, kHeadDim>::store(o, softmax, sq, out_tile, p.out.row_stride, lse_tile, valid_rows, d_chunks, warp_row0,
-                                  args.s.dropout ? args.s.keep_scale : 1.0f, lane);
+  FwdEpilogue<T, Main>::store(o, softmax, sq, out_tile, p.out.row_stride, lse_tile, valid_rows, d_chunks, warp_row0,
+                              kGeneral && args.s.dropout ? args.s.keep_scale : 1.0f, lane);
+}
+
+template <typename T, int kHeadDim, bool kGeneral>
+void run_fwd_instance(FwdArgs args, cudaStream_t stream) {
+  using Main = FwdMainloop<T, kHeadDim, kGeneral>;
+  args.num_m_blocks = int(ceil_div(args.p.seqlen_q, Main::kBlockM));
+  const int64_t blocks = int64_t(args.num_m_blocks) * args.p.heads * args.p.batch;
+  if (blocks == 0) return;
+  auto kernel = fwd_kernel<T, kHeadDim, kGeneral>;
+  allow_dynamic_smem(kernel, Main::kSmemBytes, args.p.device.index, "sm80 forward");
+  kernel<<<grid_1d(blocks, "sm80 forward"), Main::kThreads, Main::kSmemBytes, stream>>>(args);
+  FA_CUDA_CHECK_LAUNCH("sm80 forward kernel");
 }
 
 // Launches the forward for one (dtype, head-dim bucket); instantiated in fwd_hdim<D>.cu.
 template <typename T, int kHeadDim>
 void run_fwd(FwdArgs args, cudaStream_t stream) {
-  using Main = FwdMainloop<T, kHeadDim>;
-  args.num_m_blocks = int(ceil_div(args.p.seqlen_q, Main::kBlockM));
-  const int64_t blocks = int64_t(args.num_m_blocks) * args.p.heads * args.p.batch;
-  if (blocks == 0) return;
-  auto kernel = fwd_kernel<T, kHeadDim>;
-  allow_dynamic_smem(kernel, Main::kSmemBytes, args.p.device.index, "sm80 forward");
-  kernel<<<grid_1d(blocks, "sm80 forward"), Main::kThreads, Main::kSmemBytes, stream>>>(args);
-  FA_CUDA_CHECK_LAUNCH("sm80 forward kernel");
+  if (needs_general_fwd(args.p))
+    run_fwd_instance<T, kHeadDim, true>(args, stream);
+  else
+    run_fwd_instance<T, kHeadDim, false>(args, stream);
 }
 
 }  // namespace flashattn::detail::cuda::sm80

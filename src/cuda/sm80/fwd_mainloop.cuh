@@ -16,9 +16,10 @@
 
 namespace flashattn::detail::cuda::sm80 {
 
-template <typename T, int kHeadDim>
+// kGeneral: the instance for calls with dropout, softcap or ALiBi (args.h); it only changes the tile.
+template <typename T, int kHeadDim, bool kGeneral>
 struct FwdMainloop {
-  static constexpr FwdTile kTile = fwd_tile(kHeadDim);
+  static constexpr FwdTile kTile = fwd_tile(kHeadDim, kGeneral);
   static constexpr int kBlockM = kTile.block_m;
   static constexpr int kBlockN = kTile.block_n;
   static constexpr int kThreads = kTile.threads();

@@ -34,6 +34,10 @@ inline constexpr int kElemBytes = 2;
 //             registers, a 64-key S tile (64 more) spills.
 //   D > 128:  128 x 64 (x 32 from 192 on), 8 warps x 16 rows: O is 80-128 registers, so a warp owns one
 //             16-row fragment; 8 warps keep the 128-row reuse of every K/V tile per CTA.
+// The feature-free instance (general = false) has the registers for 64-key tiles at D 96-128 and
+// 192-256 (halving the Q re-reads from shared memory per key, and the barriers): every one compiles
+// without spills except D = 224, which spills 20-44 bytes at 64 keys and so stays at 32. D <= 64 keeps its
+// tile: 128 keys (FlashAttention-2's choice) spill 40 bytes with Q in shared memory.
 struct FwdTile {
   int head_dim;
   int block_m, block_n;
@@ -47,10 +51,13 @@ struct FwdTile {
   constexpr int64_t smem_bytes() const { return int64_t(block_m + 2 * block_n) * head_dim * kElemBytes; }
 };
 
-constexpr FwdTile fwd_tile(int bucket) {
+// `general`: the instance that also handles dropout, softcap and ALiBi (args.h, needs_general_fwd). The
+// feature-free instance needs fewer registers, which its larger tiles spend.
+constexpr FwdTile fwd_tile(int bucket, bool general = true) {
   if (bucket <= 64) return FwdTile{bucket, 128, 64, 4, 2, true};
-  if (bucket <= 128) return FwdTile{bucket, 128, 32, 4, 2, false};
-  return FwdTile{bucket, 128, bucket <= 160 ? 64 : 32, 8, 1, false};
+  if (bucket <= 128) return FwdTile{bucket, 128, general ? 32 : 64, 4, 2, false};
+  const bool wide = bucket <= 160 || (!general && bucket != 224);
+  return FwdTile{bucket, 128, wide ? 64 : 32, 8, 1, false};
 }
 
 // Backward main kernel: one CTA per (block_n keys, kv head, sequence); it loops over the query heads of
@@ -177,7 +184,8 @@ constexpr bool valid(DqTile t) {
 
 constexpr bool all_tiles_valid() {
   for (int d : kHeadDimBuckets)
-    if (!valid(fwd_tile(d)) || !valid(bwd_tile(d)) || !valid(dq_tile(d))) return false;
+    if (!valid(fwd_tile(d, true)) || !valid(fwd_tile(d, false)) || !valid(bwd_tile(d)) || !valid(dq_tile(d)))
+      return false;
   return true;
 }
 static_assert(all_tiles_valid(), "an sm80 tile configuration breaks a kernel layout assumption");

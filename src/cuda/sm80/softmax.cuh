@@ -30,19 +30,22 @@ struct OnlineSoftmax {
       }
   }
 
-  // Folds a tile of logits into the running max/sum; s becomes P = exp2(s - max) (fp32), and `rescale`
-  // the factor by which the O accumulator of each row must be multiplied before adding P V.
+  // Folds a tile into the running max/sum: the base-2 logits are scale * s (scale > 0; 1 when s already
+  // holds logits). s becomes P = exp2(scale * s - max) (fp32), one FFMA and one ex2 per element, and
+  // `rescale` the factor by which the O accumulator of each row must be multiplied before adding P V.
+  // row_max is kept in logit units.
   template <int kNFrags>
-  __device__ __forceinline__ void update(float (&s)[kMFrags][kNFrags][4], float (&rescale)[kMFrags][2]) {
+  __device__ __forceinline__ void update(float (&s)[kMFrags][kNFrags][4], float (&rescale)[kMFrags][2], float scale) {
 #pragma unroll
     for (int mf = 0; mf < kMFrags; ++mf)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        float mx = row_max[mf][half];
+        float raw = kNegInf;
 #pragma unroll
-        for (int f = 0; f < kNFrags; ++f) mx = fmaxf(mx, fmaxf(s[mf][f][2 * half], s[mf][f][2 * half + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        for (int f = 0; f < kNFrags; ++f) raw = fmaxf(raw, fmaxf(s[mf][f][2 * half], s[mf][f][2 * half + 1]));
+        raw = fmaxf(raw, __shfl_xor_sync(0xffffffffu, raw, 1));
+        raw = fmaxf(raw, __shfl_xor_sync(0xffffffffu, raw, 2));
+        const float mx = fmaxf(row_max[mf][half], raw * scale);
         const float offset = mx == kNegInf ? 0.0f : mx;
         rescale[mf][half] = ptx::exp2_approx(row_max[mf][half] - offset);
         row_max[mf][half] = mx;
@@ -51,7 +54,7 @@ struct OnlineSoftmax {
         for (int f = 0; f < kNFrags; ++f)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const float p = ptx::exp2_approx(s[mf][f][2 * half + e] - offset);
+            const float p = ptx::exp2_approx(fmaf(s[mf][f][2 * half + e], scale, -offset));
             s[mf][f][2 * half + e] = p;
             sum += p;
           }
