@@ -7,8 +7,10 @@
 #   4. flashattn-bench: the seed's table and a sweep of the CUDA ladder,
 #   5. compute-sanitizer memcheck, racecheck, synccheck and initcheck on the reduced smoke suite,
 #   6. the Python package's torch tests,
-#   7. the GPU scale tests (GpuScale.*: tensors beyond 2^31 elements, head dim 256 at 2^20 tokens; tens of GB),
-#   8. summary.md (device, date, commit, commands, failed steps) for bench/results/.
+#   7. context parallelism on the GPU (dist): the CUDA ring tests, NCCL with one rank, 2 MPI ranks sharing
+#      the GPU, and the ring-of-one overhead benchmark (examples/ring_overhead.cpp),
+#   8. the GPU scale tests (GpuScale.*: tensors beyond 2^31 elements, head dim 256 at 2^20 tokens; tens of GB),
+#   9. summary.md (device, date, commit, commands, failed steps) for bench/results/.
 #
 # Binaries: .gpu/bin.tgz (or .gpu/bin/) staged on a build machine by scripts/stage-gpu.sh, or built here
 # with --build (needs GoogleTest). Python: the wheel in .gpu/wheels/, installed with --no-index.
@@ -24,13 +26,13 @@ BIN=$ROOT/.gpu/bin
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 do_build=0
-only="tests compare decode bench sanitizer python scale"
+only="tests compare decode bench sanitizer python dist scale"
 test_filter='*cuda*:*Cuda*:*GpuSmoke*'
 sanitizer_filter='*GpuSmoke*'
 compare_args='--dtypes bf16 --dims 64,128 --modes fwd,fwdbwd'
 decode_args=''
 sweep_args='--dims 64,128 --seqlens 512,2048,8192 --iters 5 --warmup 1'
-declare -A limit=([tests]=110 [compare]=100 [decode]=50 [bench]=50 [sanitizer]=60 [python]=50 [scale]=120)
+declare -A limit=([tests]=110 [compare]=100 [decode]=50 [bench]=50 [sanitizer]=60 [python]=50 [dist]=120 [scale]=120)
 args="$*"
 while (($#)); do
   case $1 in
@@ -109,7 +111,19 @@ if wants sanitizer; then
 fi
 if wants python && [ -n "$wheel" ]; then
   step python-tests "${limit[python]}" python3 -m pytest -q -p no:cacheprovider tests/python/test_torch_attention.py \
-    tests/python/test_torch_kvcache.py tests/python/test_torch_transformers.py
+    tests/python/test_torch_kvcache.py tests/python/test_torch_transformers.py tests/python/test_torch_distributed.py
+fi
+if wants dist; then
+  # Open MPI refuses root and more ranks than cores unless told; one OpenMP thread per rank.
+  mpi_env=(env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+    OMP_NUM_THREADS=1)
+  third=$((limit[dist] / 3))
+  step dist-tests "$third" "$TESTS" --gtest_brief=1 \
+    --gtest_filter='*CudaDeviceOps*:*RingOfOneCuda*:*LocalCommunicatorCuda*:*NcclCommunicator*:*RingNccl*'
+  for prog in flashattn_dist_mpi_cuda_tests flashattn_dist_mpi_cuda_ring_tests; do
+    [ -x "$BIN/$prog" ] && step "dist-$prog" "$((third / 2))" "${mpi_env[@]}" mpirun -np 2 "$BIN/$prog"
+  done
+  [ -x "$BIN/ring_overhead" ] && step dist-ring-overhead "$third" "$BIN/ring_overhead"
 fi
 if wants scale; then
   step gpu-scale "${limit[scale]}" "$TESTS" --gtest_filter='GpuScale.*'

@@ -4,16 +4,27 @@
 # sm_90a; compressed because the carried tree is limited to 64 MiB) and .gpu/wheels/ with a Python 3.12
 # wheel of the package (the GPU machine runs Python 3.12 and has no package index). Built without
 # -march=native: the GPU host is another CPU.
-# Usage: [BUILD=build-stage] [WHEEL_BUILD=build-stage-wheel] scripts/stage-gpu.sh [--no-wheel]
+# Usage: [BUILD=build-stage] [WHEEL_BUILD=build-stage-wheel] [ARCHS="80;90a"] scripts/stage-gpu.sh [--no-wheel]
+# (ARCHS=90a halves the binaries when the carried tree would pass its 64 MiB limit.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh >/dev/null
 BUILD=${BUILD:-build-stage}
 .venv/bin/cmake -S . -B "$BUILD" -G Ninja -DCMAKE_MAKE_PROGRAM="$PWD/.venv/bin/ninja" -DFLASHATTN_CUDA=ON \
-  -DFLASHATTN_CUDA_ARCHS="80;90a" -DFLASHATTN_NATIVE=OFF >/dev/null
+  -DFLASHATTN_CUDA_ARCHS="${ARCHS:-80;90a}" -DFLASHATTN_NATIVE=OFF >/dev/null
 .venv/bin/cmake --build "$BUILD" -j "$(nproc)" --target flashattn_tests flashattn-bench
+# Context-parallel GPU programs, when MPI / NCCL were found (docs/distributed.md): the MPI test programs
+# (2 ranks sharing the GPU) and the ring-overhead benchmark.
+dist_targets=(flashattn_dist_mpi_cuda_tests flashattn_dist_mpi_cuda_ring_tests ring_overhead)
+for t in "${dist_targets[@]}"; do
+  .venv/bin/cmake --build "$BUILD" -j "$(nproc)" --target "$t" >/dev/null 2>&1 || echo "stage-gpu: no target $t" >&2
+done
 stage=$(mktemp -d)
 cp "$BUILD/tests/cpp/flashattn_tests" "$BUILD/tools/bench/flashattn-bench" "$stage/"
+for t in "${dist_targets[@]}"; do
+  f=$(find "$BUILD" -name "$t" -type f -perm -u+x | head -1)
+  [ -n "$f" ] && cp "$f" "$stage/"
+done
 strip --strip-debug "$stage"/*
 commit=$(git rev-parse --short HEAD)
 git diff --quiet HEAD -- src include tests tools python || commit="$commit-dirty"

@@ -55,7 +55,8 @@ class Communicator {
 // run without any transport (tests, and measuring the ring's own overhead against a plain call).
 class LocalCommunicator final : public Communicator {
  public:
-  // Only host memory is supported: copies are memcpy.
+  // Host memory (copies are memcpy) or, in builds with CUDA, a visible CUDA device (copies are
+  // device-to-device cudaMemcpyAsync on the caller's stream).
   explicit LocalCommunicator(Device device = Device::cpu());
   int rank() const override { return 0; }
   int size() const override { return 1; }
@@ -131,7 +132,8 @@ void gather_tensor(Communicator& comm, const Tensor& local, const Tensor& full, 
 // params holds this rank's shards of q, k, v (and out, softmax_lse, dout, dq, dk, dv) laid out as `spec`
 // says; options apply to the global sequence (causal and sliding windows use global positions). Not
 // supported: dropout and ALiBi (their values depend on positions that the per-block calls cannot be
-// told), and tensors on CUDA (the merge runs on the host; see docs/distributed.md).
+// told). Tensors live on the communicator's device: host, or CUDA in builds with CUDA (then the calls are
+// asynchronous on `stream`, like flashattn::forward; see docs/distributed.md).
 // Arguments are checked on every rank before any transfer starts, and all ranks throw if any rank's
 // arguments are wrong, so a bad call does not deadlock the others. A failure after the first transfer
 // (a backend error) leaves the communicator in an undefined state.

@@ -20,6 +20,15 @@ from .kvcache import flash_attn_with_kvcache
 __version__ = _C.version()
 
 
+def __getattr__(name):
+    # flashattn.distributed (ring attention over torch.distributed) imports torch: load it on first use.
+    if name == "distributed":
+        import importlib
+
+        return importlib.import_module(".distributed", __name__)
+    raise AttributeError(f"module 'flashattn' has no attribute {name!r}")
+
+
 def list_backends():
     """Every backend compiled in, in dispatch preference order: dicts {name, device}."""
     return _C.list_backends()

@@ -10,4 +10,5 @@ NB_MODULE(_C, m) {
   flashattn::python::bind_attention(m);
   flashattn::python::bind_kvcache(m);
   flashattn::python::bind_bf16_view(m);
+  flashattn::python::bind_dist(m);
 }

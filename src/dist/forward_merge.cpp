@@ -11,14 +11,15 @@ ForwardMerger::ForwardMerger(const RingSetup& setup, Stream stream) : s_(setup) 
   const Device dev = s_.q.device;
   const size_t rows_elems = size_t(s_.nb * s_.rows * s_.heads * s_.dim);
   const size_t lse_elems = size_t(s_.nb * s_.heads * s_.rows);
-  acc_out_buf_ = ops.allocate(rows_elems * sizeof(float));
-  acc_lse_buf_ = ops.allocate(lse_elems * sizeof(float));
+  acc_out_buf_ = ops.allocate(rows_elems * sizeof(float), stream);
+  acc_lse_buf_ = ops.allocate(lse_elems * sizeof(float), stream);
   // A call covers at most all local query rows, so one scratch of that size serves every call.
-  part_out_buf_ = ops.allocate(rows_elems * size_t(dtype_size(s_.dtype)));
-  part_lse_buf_ = ops.allocate(lse_elems * sizeof(float));
+  part_out_buf_ = ops.allocate(rows_elems * size_t(dtype_size(s_.dtype)), stream);
+  part_lse_buf_ = ops.allocate(lse_elems * sizeof(float), stream);
   acc_out_ = contiguous4(acc_out_buf_.data(), DType::f32, s_.nb, s_.rows, s_.heads, s_.dim, dev);
   acc_lse_ = contiguous_lse(acc_lse_buf_.data(), s_.nb, s_.heads, s_.rows, dev);
-  ops.fill(acc_out_, 0.0f, stream);
+  // -inf: no row has seen a key. acc_out needs no initial value: merge_partial overwrites it on a row's
+  // first partial and finish_forward writes 0 for a row that never had one.
   ops.fill(acc_lse_, -std::numeric_limits<float>::infinity(), stream);
 }
 

@@ -42,7 +42,7 @@ char* bytes_at(const Tensor& t, int64_t element) { return static_cast<char*>(t.d
 
 class HostOps final : public DeviceOps {
  public:
-  Buffer allocate(size_t bytes) override {
+  Buffer allocate(size_t bytes, Stream) override {
     // 64-byte alignment suits any dtype and keeps the backends' vector loads on whole cache lines.
     const size_t rounded = (bytes + 63) / 64 * 64;
     void* p = rounded ? std::aligned_alloc(64, rounded) : nullptr;
@@ -50,6 +50,13 @@ class HostOps final : public DeviceOps {
       throw Error(Status::out_of_memory, "flashattn::dist: could not allocate " + std::to_string(bytes) +
                                              " bytes of ring workspace on the host");
     return Buffer(p, bytes, [](void* q) { std::free(q); });
+  }
+
+  void to_device(const void* host, void* dst, size_t bytes, Stream) override {
+    if (bytes) std::memcpy(dst, host, bytes);
+  }
+  void to_host(const void* src, void* host, size_t bytes, Stream) override {
+    if (bytes) std::memcpy(host, src, bytes);
   }
 
   void copy(const Tensor& src, const Tensor& dst, Stream) override {
@@ -85,10 +92,13 @@ class HostOps final : public DeviceOps {
           // log(exp(la) + exp(lp)) computed around the larger of the two so nothing overflows.
           const float hi = la > lp ? la : lp, lo = la > lp ? lp : la;
           const float merged = hi + std::log1p(std::exp(lo - hi));
-          const float wa = std::exp(la - merged), wp = std::exp(lp - merged);  // wa = 0 while la = -inf
+          const float wa = std::exp(la - merged), wp = std::exp(lp - merged);
           float* a = acc + b * acc_out.stride[0] + i * acc_out.stride[1] + h * acc_out.stride[2];
           const int64_t p = b * part_out.stride[0] + i * part_out.stride[1] + h * part_out.stride[2];
-          for (int64_t d = 0; d < dim; ++d) a[d] = wa * a[d] + wp * load_float(part_out.data, p + d, part_out.dtype);
+          // While la = -inf the accumulator holds nothing yet (not even a defined value): overwrite it.
+          const bool first = la == -kInf;
+          for (int64_t d = 0; d < dim; ++d)
+            a[d] = (first ? 0.0f : wa * a[d]) + wp * load_float(part_out.data, p + d, part_out.dtype);
           la = merged;
         }
       }
@@ -140,12 +150,9 @@ class HostOps final : public DeviceOps {
 
 }  // namespace
 
-DeviceOps& device_ops(Device device) {
+DeviceOps& host_ops() {
   static HostOps host;
-  if (device.type == DeviceType::cpu) return host;
-  throw Error(Status::unsupported, "flashattn::dist: ring attention on " + device_name(device) +
-                                       " tensors is not built yet: its merge and accumulation run on the "
-                                       "host only (src/dist/host_ops.cpp); pass CPU tensors");
+  return host;
 }
 
 }  // namespace flashattn::dist::detail

@@ -17,7 +17,13 @@ namespace flashattn::dist {
 
 void ring_backward(Communicator& comm, const BwdParams& params, const ShardSpec& spec, Stream stream) {
   using namespace detail;
-  RingSetup s = prepare_ring(comm, params, spec, &params, "flashattn::dist::ring_backward");
+  RingSetup s = prepare_ring(comm, params, spec, &params, "flashattn::dist::ring_backward", stream);
+  if (s.world == 1) {  // the whole sequence, in order: one plain call (ring_setup.h, localise)
+    BwdParams local = params;
+    localise(local, s);
+    backward(local, stream);
+    return;
+  }
   DeviceOps& ops = *s.ops;
   const Device dev = s.q.device;
 
@@ -27,7 +33,7 @@ void ring_backward(Communicator& comm, const BwdParams& params, const ShardSpec&
   KvBlock kv[2];
   if (s.world > 1) {
     for (int i = 0; i < 2; ++i) {
-      kv_buffers[i] = ops.allocate(kv_bytes);
+      kv_buffers[i] = ops.allocate(kv_bytes, stream);
       kv[i] = kv_block(s, kv_buffers[i].data(), s.dtype);
     }
     ops.copy(s.k, rows_of(kv[0].k, 0, s.rows), stream);
@@ -39,20 +45,20 @@ void ring_backward(Communicator& comm, const BwdParams& params, const ShardSpec&
   Buffer dkv_buffers[2];
   KvBlock dkv[2];
   for (int i = 0; i < (s.world > 1 ? 2 : 1); ++i) {
-    dkv_buffers[i] = ops.allocate(dkv_bytes);
+    dkv_buffers[i] = ops.allocate(dkv_bytes, stream);
     dkv[i] = kv_block(s, dkv_buffers[i].data(), DType::f32);
   }
   ops.fill(dkv[0].k, 0.0f, stream);
   ops.fill(dkv[0].v, 0.0f, stream);
 
-  Buffer dq_acc_buf = ops.allocate(size_t(s.nb * s.rows * s.heads * s.dim) * sizeof(float));
+  Buffer dq_acc_buf = ops.allocate(size_t(s.nb * s.rows * s.heads * s.dim) * sizeof(float), stream);
   const Tensor dq_acc = contiguous4(dq_acc_buf.data(), DType::f32, s.nb, s.rows, s.heads, s.dim, dev);
   ops.fill(dq_acc, 0.0f, stream);
   // Scratch of one call's gradients, in the call's dtype (what flashattn::backward writes).
   const int esize = dtype_size(s.dtype);
-  Buffer dq_part = ops.allocate(size_t(s.nb * s.rows * s.heads * s.dim) * size_t(esize));
-  Buffer dk_part = ops.allocate(size_t(s.nb * s.rows_cap * s.heads_k * s.dim) * size_t(esize));
-  Buffer dv_part = ops.allocate(size_t(s.nb * s.rows_cap * s.heads_k * s.dim) * size_t(esize));
+  Buffer dq_part = ops.allocate(size_t(s.nb * s.rows * s.heads * s.dim) * size_t(esize), stream);
+  Buffer dk_part = ops.allocate(size_t(s.nb * s.rows_cap * s.heads_k * s.dim) * size_t(esize), stream);
+  Buffer dv_part = ops.allocate(size_t(s.nb * s.rows_cap * s.heads_k * s.dim) * size_t(esize), stream);
 
   int cur = 0;  // kv[cur]: the block held now
   int acc = 0;  // dkv[acc]: its accumulator (arriving through `arriving` when that is set)

@@ -5,13 +5,20 @@
 
 #include "dist/forward_merge.h"
 #include "dist/ring_setup.h"
+#include "flashattn/api.h"
 #include "flashattn/dist.h"
 
 namespace flashattn::dist {
 
 void ring_forward(Communicator& comm, const FwdParams& params, const ShardSpec& spec, Stream stream) {
   using namespace detail;
-  RingSetup s = prepare_ring(comm, params, spec, nullptr, "flashattn::dist::ring_forward");
+  RingSetup s = prepare_ring(comm, params, spec, nullptr, "flashattn::dist::ring_forward", stream);
+  if (s.world == 1) {  // the whole sequence, in order: one plain call (ring_setup.h, localise)
+    FwdParams local = params;
+    localise(local, s);
+    forward(local, stream);
+    return;
+  }
   DeviceOps& ops = *s.ops;
   ForwardMerger merger(s, stream);
 
@@ -21,7 +28,7 @@ void ring_forward(Communicator& comm, const FwdParams& params, const ShardSpec& 
   KvBlock blocks[2];
   if (s.world > 1) {
     for (int i = 0; i < 2; ++i) {
-      buffers[i] = ops.allocate(bytes);
+      buffers[i] = ops.allocate(bytes, stream);
       blocks[i] = kv_block(s, buffers[i].data(), s.dtype);
     }
     ops.copy(s.k, rows_of(blocks[0].k, 0, s.rows), stream);

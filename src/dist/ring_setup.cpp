@@ -52,7 +52,7 @@ void check_shard_rows(const char* fn, const Tensor& t, const char* name, bool va
 // Everything this rank can check on its own. Validation of shapes, dtypes and options is flashattn's
 // own (query_backends validates exactly as forward/backward would), on the local call.
 void check_local(Communicator& comm, const FwdParams& p, const ShardSpec& spec, const BwdParams* bwd, const char* fn,
-                 RingSetup& s) {
+                 RingSetup& s, Stream stream) {
   if (!(p.q.device == comm.device()))
     fail(Status::invalid_argument, fn, "q", "tensors on " + device_name(comm.device()) + " (the communicator's)",
          device_name(p.q.device));
@@ -84,29 +84,37 @@ void check_local(Communicator& comm, const FwdParams& p, const ShardSpec& spec, 
 
   // The local call as flashattn sees it (varlen: with this rank's local cu_seqlens) validates every
   // tensor's shape, dtype and device and the options; then some backend must support it.
-  std::vector<int32_t> cu = varlen ? shard_cu_seqlens(spec, s.world, s.rank) : std::vector<int32_t>{};
-  auto localise = [&](FwdParams& lp) {
-    if (!varlen) return;
-    lp.cu_seqlens_q = lp.cu_seqlens_k = Tensor::contiguous(cu.data(), DType::i32, {int64_t(cu.size())}, Device::cpu());
-    int64_t longest = 0;
-    for (const SeqShard& seq : s.shards[size_t(s.rank)].seqs) longest = std::max(longest, seq.rows);
-    lp.max_seqlen_q = lp.max_seqlen_k = longest;
-  };
+  // The local cu_seqlens live where the tensors do, as flashattn requires of a varlen call.
+  if (varlen) {
+    const std::vector<int32_t> cu = shard_cu_seqlens(spec, s.world, s.rank);
+    const size_t cu_bytes = cu.size() * sizeof(int32_t);
+    s.cu_local = s.ops->allocate(cu_bytes, stream);
+    s.ops->to_device(cu.data(), s.cu_local.data(), cu_bytes, stream);
+    s.cu_count = int64_t(cu.size());
+    for (const SeqShard& seq : s.shards[size_t(s.rank)].seqs) s.longest = std::max(s.longest, seq.rows);
+  }
   std::vector<BackendSupport> support;
   if (bwd) {
     BwdParams lp = *bwd;
-    localise(lp);
+    localise(lp, s);
     support = query_backends(lp);
   } else {
     FwdParams lp = p;
-    localise(lp);
+    localise(lp, s);
     support = query_backends(lp);
   }
   const auto chosen = std::find_if(support.begin(), support.end(), [](const BackendSupport& b) { return b.chosen; });
   if (chosen == support.end()) {
+    // A forced backend (options.backend) is the only one that counts; the others' empty reasons would
+    // read as if they supported the call.
+    const std::string& forced = p.options.backend;
     std::string reasons;
-    for (const BackendSupport& b : support) reasons += "\n  " + b.name + ": " + b.reason;
-    throw Error(Status::unsupported, std::string(fn) + ": no backend supports the per-block calls:" + reasons);
+    for (const BackendSupport& b : support)
+      if (forced.empty() || b.name == forced) reasons += "\n  " + b.name + ": " + b.reason;
+    throw Error(Status::unsupported,
+                std::string(fn) + ": " +
+                    (forced.empty() ? "no backend supports" : "backend '" + forced + "' does not support") +
+                    " the per-block calls:" + reasons);
   }
   if (bwd && chosen->name == "cpu_reference")
     fail(Status::unsupported, fn, "options.backend",
@@ -136,25 +144,35 @@ void check_local(Communicator& comm, const FwdParams& p, const ShardSpec& spec, 
 
 }  // namespace
 
+void localise(FwdParams& p, const RingSetup& s) {
+  if (s.cu_count == 0) return;
+  p.cu_seqlens_q = p.cu_seqlens_k = Tensor::contiguous(s.cu_local.data(), DType::i32, {s.cu_count}, p.q.device);
+  p.max_seqlen_q = p.max_seqlen_k = s.longest;
+}
+
 RingSetup prepare_ring(Communicator& comm, const FwdParams& params, const ShardSpec& spec, const BwdParams* bwd,
-                       const char* fn) {
+                       const char* fn, Stream stream) {
   RingSetup s;
   s.world = comm.size();
   s.rank = comm.rank();
   Status status = Status::ok;
   std::string message;
   try {
-    check_local(comm, params, spec, bwd, fn, s);
+    check_local(comm, params, spec, bwd, fn, s, stream);
   } catch (const Error& e) {
     status = e.status();
     message = e.what();
   }
-  // The agreement needs a host buffer the communicator accepts; a communicator on another device fails
-  // the device check above identically on every rank, so there is nothing to agree on.
-  if (comm.device().type == DeviceType::cpu && s.world > 1) {
+  // The status bytes travel in buffers on the communicator's device. On a GPU reading them back waits
+  // for `stream`: one synchronisation per call, the price of never leaving a rank waiting in a transfer.
+  if (s.world > 1) {
+    DeviceOps& ops = device_ops(comm.device());
     const uint8_t mine = uint8_t(status);
     std::vector<uint8_t> all(size_t(s.world), 0);
-    comm.allgather(&mine, all.data(), 1, nullptr);
+    const Buffer send = ops.allocate(1, stream), recv = ops.allocate(all.size(), stream);
+    ops.to_device(&mine, send.data(), 1, stream);
+    comm.allgather(send.data(), recv.data(), 1, stream);
+    ops.to_host(recv.data(), all.data(), all.size(), stream);
     for (int r = 0; r < s.world && status == Status::ok; ++r)
       if (all[size_t(r)] != uint8_t(Status::ok))
         throw Error(Status(all[size_t(r)]), std::string(fn) + ": rank " + std::to_string(r) +

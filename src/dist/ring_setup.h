@@ -30,13 +30,23 @@ struct RingSetup {
   int64_t rows_cap = 0;  // the most rows any rank holds: the capacity of a travelling K/V block
   // The caller's tensors in the batched convention (absent stays absent).
   Tensor q, k, v, out, lse, dout, dq, dk, dv;
+  // Varlen: this rank's local cu_seqlens (cu_count offsets) on the tensors' device, and its longest
+  // sequence; cu_count is 0 for a dense call.
+  Buffer cu_local;
+  int64_t cu_count = 0, longest = 0;
 };
+
+// `p` as flashattn sees this rank's shard alone: varlen calls get the local cu_seqlens and max_seqlen.
+// It is the call check_local validates and, with one rank, the whole ring: either layout keeps the
+// sequence(s) of a world of one in order, so the ring reduces to this plain call.
+void localise(FwdParams& p, const RingSetup& s);
 
 // Checks the call on this rank, then agrees with every rank (one small allgather): if any rank's check
 // failed, every rank throws, this rank with its own message or with a pointer to the failing rank.
-// `bwd` is the backward call's params when preparing a backward (its tensors are checked too).
+// `bwd` is the backward call's params when preparing a backward (its tensors are checked too). The
+// agreement is ordered on `stream` and waits for it on devices other than the host.
 RingSetup prepare_ring(Communicator& comm, const FwdParams& params, const ShardSpec& spec, const BwdParams* bwd,
-                       const char* fn);
+                       const char* fn, Stream stream);
 
 // Rows [row, row + rows) of a batched q-like view (dim 1) or lse view (dim 2).
 Tensor rows_of(const Tensor& t, int64_t row, int64_t rows);

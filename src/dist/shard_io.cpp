@@ -107,7 +107,7 @@ void gather_tensor(Communicator& comm, const Tensor& local, const Tensor& full, 
   };
   detail::DeviceOps& ops = detail::device_ops(Device::cpu());
   const size_t bytes = size_t(packed_shape(nullptr).numel()) * size_t(dtype_size(local.dtype));
-  detail::Buffer send = ops.allocate(bytes), recv = ops.allocate(bytes * size_t(world));
+  detail::Buffer send = ops.allocate(bytes, nullptr), recv = ops.allocate(bytes * size_t(world), nullptr);
   ops.copy(local, slab(packed_shape(send.data()), seq_dim, 0, shard.rows), nullptr);
   comm.allgather(send.data(), recv.data(), bytes, nullptr);
   for (int r = 0; r < world; ++r) {

@@ -12,7 +12,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <initializer_list>
 #include <thread>
 #include <vector>
@@ -110,6 +112,20 @@ Tensor cuda_view(void* data, DType dtype, std::initializer_list<int64_t> shape) 
 
 enum Role : uint64_t { kQ = 1, kK, kV, kDout };
 
+// Prints the seconds since the previous mark: where a test of this size spends its time.
+class PhaseClock {
+ public:
+  void mark(const char* phase) {
+    const auto now = std::chrono::steady_clock::now();
+    std::printf("[ phase    ] %s: %.1f s\n", phase, std::chrono::duration<double>(now - last_).count());
+    std::fflush(stdout);
+    last_ = now;
+  }
+
+ private:
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
+
 // (B, S, H, D) bf16 with B * S * H * D > 2^31: forward and backward on the automatic backend, batches
 // 0, B/2 and B-1 (the last lies wholly past element 2^31) checked against the reference.
 TEST(GpuScale, DenseTensorsBeyondInt32Elements) {
@@ -179,9 +195,11 @@ TEST(GpuScale, HeadDim256AtMillionTokens) {
   DeviceBuffer q(q_bytes), k(kv_bytes), v(kv_bytes), out(q_bytes), lse(size_t(H * S) * 4);
   for (const DeviceBuffer* b : {&q, &k, &v, &out, &lse})
     if (b->get() == nullptr) GTEST_SKIP() << "not enough device memory";
+  PhaseClock clock;
   upload_hashed(q.get(), S * H * D, kQ);
   upload_hashed(k.get(), S * Hk * D, kK);
   upload_hashed(v.get(), S * Hk * D, kV);
+  clock.mark("upload");
 
   flashattn::FwdParams p;
   p.q = cuda_view(q.get(), DType::bf16, {1, S, H, D});
@@ -192,6 +210,7 @@ TEST(GpuScale, HeadDim256AtMillionTokens) {
   p.options.causal = true;
   flashattn::forward(p);
   cuda_ok(cudaDeviceSynchronize(), "forward");
+  clock.mark("forward on the GPU");
 
   // The slice's inputs, built directly (make_inputs would first draw 2^29 random values).
   AttnInputs in;
@@ -212,7 +231,12 @@ TEST(GpuScale, HeadDim256AtMillionTokens) {
         cudaMemcpy(static_cast<float*>(got.lse.data()) + h * rows,
                    static_cast<const float*>(lse.get()) + h * S + (S - rows), size_t(rows) * 4, cudaMemcpyDeviceToHost),
         "download lse");
-  expect_forward_within_criterion(got, reference_forward(in), naive_lowp(in, false), DType::bf16);
+  clock.mark("host inputs and download");
+  const FwdOutputs ref = reference_forward(in);
+  clock.mark("fp64 reference");
+  const NaiveOutputs naive = naive_lowp(in, false);
+  clock.mark("naive bf16 bound");
+  expect_forward_within_criterion(got, ref, naive, DType::bf16);
 }
 
 }  // namespace

@@ -89,11 +89,11 @@ std::vector<DistCase> dist_cases() {
   return cases;
 }
 
-testing::AssertionResult check_distributed(flashattn::dist::Communicator& comm, const DistCase& c,
-                                           const std::string& backend, uint64_t seed) {
+testing::AssertionResult check_distributed(const DistRun& run, const DistCase& c, const std::string& backend,
+                                           uint64_t seed) {
   const AttnInputs in = make_inputs(c.cfg, seed);
-  const DistOutputs got = run_distributed(comm, c, in, backend);
-  if (comm.rank() != 0) return testing::AssertionSuccess();
+  const DistOutputs got = run_distributed(run, c, in, backend);
+  if (run.comm.rank() != 0) return testing::AssertionSuccess();
 
   const NaiveOutputs naive = naive_lowp(in, c.backward);
   const FwdOutputs ref = reference_forward(in);
@@ -109,21 +109,61 @@ testing::AssertionResult check_distributed(flashattn::dist::Communicator& comm, 
   return r;
 }
 
-std::vector<std::string> dist_backends(bool backward) {
+void expect_case(const DistRun& run, const DistParam& param) {
+  static const std::vector<DistCase> cases = dist_cases();
+  const auto& [backend, index] = param;
+  try {
+    EXPECT_TRUE(check_distributed(run, cases[size_t(index)], backend, 7000 + uint64_t(index)))
+        << "ranks: " << run.comm.size();
+  } catch (const flashattn::Error& e) {
+    if (e.status() == flashattn::Status::unsupported) GTEST_SKIP() << e.what();
+    throw;
+  }
+}
+
+void expect_one_rank_mistake_fails_every_rank(flashattn::dist::Communicator& comm) {
+  const int world = comm.size(), rank = comm.rank();
+  flashattn::dist::ShardSpec spec;
+  spec.layout = flashattn::dist::ShardLayout::contiguous;
+  spec.seqlen = 8 * world;
+  const int64_t rows = 8 + (rank == world - 1 ? 1 : 0);
+  HostTensor q(DType::bf16, {1, rows, 1, 64}), out(DType::bf16, {1, rows, 1, 64});
+  std::mt19937_64 rng(1);
+  q.fill_normal(rng);
+  const DeviceTensor d_q(q, comm.device()), d_out(out, comm.device());
+  flashattn::FwdParams p;
+  p.q = p.k = p.v = d_q.view();
+  p.out = d_out.view();
+  p.options.causal = true;
+  try {
+    flashattn::dist::ring_forward(comm, p, spec);
+    ADD_FAILURE() << "ring_forward accepted a shard of the wrong length";
+  } catch (const flashattn::Error& e) {
+    EXPECT_EQ(e.status(), flashattn::Status::invalid_argument) << e.what();
+    const std::string msg = e.what();
+    if (rank == world - 1) {
+      EXPECT_NE(msg.find("q: expected 8 rows"), std::string::npos) << msg;
+    } else {
+      EXPECT_NE(msg.find("rank " + std::to_string(world - 1) + " rejected the call"), std::string::npos) << msg;
+    }
+  }
+}
+
+std::vector<std::string> dist_backends(bool backward, flashattn::DeviceType device) {
   std::vector<std::string> out;
   for (const flashattn::BackendInfo& b : flashattn::list_backends()) {
-    if (b.device != flashattn::DeviceType::cpu) continue;
+    if (b.device != device) continue;
     if (backward && b.name == "cpu_reference") continue;
     out.push_back(b.name);
   }
   return out;
 }
 
-std::vector<DistParam> dist_params() {
+std::vector<DistParam> dist_params(flashattn::DeviceType device) {
   std::vector<DistParam> out;
   const std::vector<DistCase> cases = dist_cases();
   for (int i = 0; i < int(cases.size()); ++i)
-    for (const std::string& backend : dist_backends(cases[size_t(i)].backward)) out.emplace_back(backend, i);
+    for (const std::string& backend : dist_backends(cases[size_t(i)].backward, device)) out.emplace_back(backend, i);
   return out;
 }
 

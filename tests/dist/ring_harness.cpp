@@ -57,8 +57,10 @@ HostTensor gathered(dist::Communicator& comm, const HostTensor& local, const std
 
 }  // namespace
 
-DistOutputs run_distributed(dist::Communicator& comm, const DistCase& c, const AttnInputs& in,
-                            const std::string& backend) {
+DistOutputs run_distributed(const DistRun& run, const DistCase& c, const AttnInputs& in, const std::string& backend) {
+  dist::Communicator& comm = run.comm;
+  dist::Communicator& host_comm = run.host_comm ? *run.host_comm : comm;
+  const Device dev = comm.device();
   const AttnConfig& cfg = c.cfg;
   const dist::ShardSpec spec = shard_spec(c);
   const int world = comm.size(), rank = comm.rank();
@@ -68,18 +70,18 @@ DistOutputs run_distributed(dist::Communicator& comm, const DistCase& c, const A
   const HostTensor v = shard_of(in.v, rd, spec, world, rank);
   const HostTensor full_lse = cfg.varlen() ? HostTensor(DType::f32, {cfg.heads, in.q.shape()[0]})
                                            : HostTensor(DType::f32, {cfg.batch, cfg.heads, cfg.seqlen_q});
-  HostTensor out = full_like(q, cfg.dtype);
   std::vector<int64_t> lse_shape = full_lse.shape();
   lse_shape[size_t(ld)] = dist::shard_rows(spec, world, rank);
   HostTensor lse(DType::f32, lse_shape);
   lse.poison();
+  const DeviceTensor d_q(q, dev), d_k(k, dev), d_v(v, dev), d_out(full_like(q, cfg.dtype), dev), d_lse(lse, dev);
 
   flashattn::FwdParams p;
-  p.q = q.view();
-  p.k = k.view();
-  p.v = v.view();
-  p.out = out.view();
-  p.softmax_lse = lse.view();
+  p.q = d_q.view();
+  p.k = d_k.view();
+  p.v = d_v.view();
+  p.out = d_out.view();
+  p.softmax_lse = d_lse.view();
   p.options.softmax_scale = cfg.softmax_scale;
   p.options.causal = cfg.causal;
   p.options.window_left = cfg.window_left;
@@ -88,28 +90,30 @@ DistOutputs run_distributed(dist::Communicator& comm, const DistCase& c, const A
   p.options.backend = backend;
   p.dropout_p = cfg.dropout_p;
   if (c.mode == DistMode::ring) {
-    dist::ring_forward(comm, p, spec);
+    dist::ring_forward(comm, p, spec, run.stream);
   } else {
-    dist::allgather_forward(comm, p, spec);
+    dist::allgather_forward(comm, p, spec, run.stream);
   }
 
+  // download() waits for the device, and with it for `stream`.
   DistOutputs r;
-  r.fwd.out = gathered(comm, out, in.q.shape(), rd, spec);
-  r.fwd.lse = gathered(comm, lse, full_lse.shape(), ld, spec);
+  r.fwd.out = gathered(host_comm, d_out.download(), in.q.shape(), rd, spec);
+  r.fwd.lse = gathered(host_comm, d_lse.download(), full_lse.shape(), ld, spec);
   if (!c.backward) return r;
 
-  const HostTensor dout = shard_of(in.dout, rd, spec, world, rank);
-  HostTensor dq = full_like(q, cfg.dtype), dk = full_like(k, cfg.dtype), dv = full_like(v, cfg.dtype);
+  const DeviceTensor d_dout(shard_of(in.dout, rd, spec, world, rank), dev);
+  const DeviceTensor d_dq(full_like(q, cfg.dtype), dev), d_dk(full_like(k, cfg.dtype), dev),
+      d_dv(full_like(v, cfg.dtype), dev);
   flashattn::BwdParams b;
   static_cast<flashattn::FwdParams&>(b) = p;
-  b.dout = dout.view();
-  b.dq = dq.view();
-  b.dk = dk.view();
-  b.dv = dv.view();
-  dist::ring_backward(comm, b, spec);
-  r.bwd.dq = gathered(comm, dq, in.q.shape(), rd, spec);
-  r.bwd.dk = gathered(comm, dk, in.k.shape(), rd, spec);
-  r.bwd.dv = gathered(comm, dv, in.v.shape(), rd, spec);
+  b.dout = d_dout.view();
+  b.dq = d_dq.view();
+  b.dk = d_dk.view();
+  b.dv = d_dv.view();
+  dist::ring_backward(comm, b, spec, run.stream);
+  r.bwd.dq = gathered(host_comm, d_dq.download(), in.q.shape(), rd, spec);
+  r.bwd.dk = gathered(host_comm, d_dk.download(), in.k.shape(), rd, spec);
+  r.bwd.dv = gathered(host_comm, d_dv.download(), in.v.shape(), rd, spec);
   return r;
 }
 

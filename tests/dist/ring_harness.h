@@ -27,11 +27,23 @@ struct DistOutputs {
   BwdOutputs bwd;
 };
 
+// Where a distributed run's tensors live and how its outputs come back: the shards are placed on
+// comm.device() and the calls ordered on `stream`; the outputs are copied to the host and assembled
+// with `host_comm` (the same ranks as comm, host buffers), or comm itself when that is null.
+struct DistRun {
+  flashattn::dist::Communicator& comm;
+  flashattn::dist::Communicator* host_comm = nullptr;
+  flashattn::Stream stream = nullptr;
+};
+
 flashattn::dist::ShardSpec shard_spec(const DistCase& c);
 // The shard of `full` (dims as the case's q/k/v) held by `rank`.
 HostTensor shard_of(const HostTensor& full, int seq_dim, const flashattn::dist::ShardSpec& spec, int world, int rank);
-DistOutputs run_distributed(flashattn::dist::Communicator& comm, const DistCase& c, const AttnInputs& in,
-                            const std::string& backend);
+DistOutputs run_distributed(const DistRun& run, const DistCase& c, const AttnInputs& in, const std::string& backend);
+inline DistOutputs run_distributed(flashattn::dist::Communicator& comm, const DistCase& c, const AttnInputs& in,
+                                   const std::string& backend) {
+  return run_distributed(DistRun{comm}, c, in, backend);
+}
 
 // Sequence dimension of q/k/v-like tensors and of the lse, dense or varlen.
 inline int rows_dim(const AttnConfig& c) { return c.varlen() ? 0 : 1; }

@@ -42,7 +42,7 @@ for mode in plain torch; do
 done
 
 for group in test_errors.py "test_numpy_*.py" test_torch_attention.py test_torch_kvcache.py \
-    test_torch_transformers.py; do
+    test_torch_distributed.py test_torch_transformers.py; do
   left=$(( limit - ($(date +%s) - start) ))
   if [ $left -lt 20 ]; then echo "no time left for $group"; status=1; break; fi
   echo "=== $group (limit ${left}s)"
