@@ -21,6 +21,7 @@ namespace flashattn::detail::cuda::decode {
 namespace {
 
 constexpr int kCombineWarps = 4;
+constexpr int kLoadsInFlight = 8;  // partial rows a lane loads before it accumulates them
 
 __device__ __forceinline__ float warp_max(float x) {
 #pragma unroll
@@ -75,15 +76,26 @@ __global__ void __launch_bounds__(32 * kCombineWarps)
   for (int d = 4 * lane; d < dim; d += 128) {
     float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     const float* src = a.part_out + row * dim + d;
-#pragma unroll 4
-    for (int s = 0; s < splits; ++s) {
-      const float w = weights[warp][s];
-      if (w == 0.0f) continue;  // a split without visible keys (same for every lane: no divergence)
-      const float4 v = *reinterpret_cast<const float4*>(src + s * rows_all * dim);
-      acc.x += w * v.x;
-      acc.y += w * v.y;
-      acc.z += w * v.z;
-      acc.w += w * v.w;
+    for (int s0 = 0; s0 < splits; s0 += kLoadsInFlight) {
+      // All loads of a batch are issued before the first is used: each is an L2 (or DRAM) round trip,
+      // and one at a time they made this kernel ~20 us at batch 1 (bench/NOTES.md, decode v3).
+      float w[kLoadsInFlight];
+      float4 v[kLoadsInFlight];
+#pragma unroll
+      for (int k = 0; k < kLoadsInFlight; ++k) {
+        const int s = s0 + k;
+        w[k] = s < splits ? weights[warp][s] : 0.0f;
+        // A split without visible keys (weight 0) is never read: its partial may be unwritten.
+        v[k] = w[k] != 0.0f ? *reinterpret_cast<const float4*>(src + s * rows_all * dim)
+                            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+#pragma unroll
+      for (int k = 0; k < kLoadsInFlight; ++k) {  // in split order, as before: the same sums bitwise
+        acc.x += w[k] * v[k].x;
+        acc.y += w[k] * v[k].y;
+        acc.z += w[k] * v[k].z;
+        acc.w += w[k] * v[k].w;
+      }
     }
     store4(out + d, acc);
   }

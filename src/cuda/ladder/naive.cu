@@ -111,8 +111,15 @@ __global__ void __launch_bounds__(kSoftmaxWarps * 32)
   if (i >= r.sq) return;  // the whole warp
   float* s = scores + score_row(p, b, h, i);
   float m = -INFINITY;
-  for (int64_t j = lane; j < r.sk; j += 32) m = fmaxf(m, s[j]);
+  bool nan_logit = false;
+  for (int64_t j = lane; j < r.sk; j += 32) {
+    m = fmaxf(m, s[j]);
+    nan_logit = nan_logit || s[j] != s[j];
+  }
   m = warp_max(m);
+  // A NaN logit makes the row NaN (docs/reliability.md); fmaxf alone would drop it, and a row of NaN
+  // logits would look empty.
+  if (__any_sync(0xffffffffu, nan_logit)) m = NAN;
   float lse = INFINITY;
   if (m != -INFINITY) {
     float sum = 0.0f;

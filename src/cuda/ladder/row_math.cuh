@@ -171,11 +171,21 @@ __device__ __forceinline__ void attend_tile(const float* ks, const float* vs, in
       for (int kk = 0; kk < kKeyChunk; ++kk) s[kk] += __shfl_xor_sync(0xffffffffu, s[kk], off);
     }
     float chunk_max = -INFINITY;
+    bool nan_logit = false;
 #pragma unroll
     for (int kk = 0; kk < kKeyChunk; ++kk) {
       const int64_t j = n0 + c0 + kk;
       s[kk] = (j >= ctx.key_begin && j < ctx.key_end) ? ctx.mod(s[kk], ctx.diagonal - j) : -INFINITY;
       chunk_max = fmaxf(chunk_max, s[kk]);
+      nan_logit = nan_logit || s[kk] != s[kk];
+    }
+    // A visible NaN logit makes the row NaN (docs/reliability.md). fmaxf drops NaN, so without this a
+    // row of NaN logits would look empty and output 0; NaN in l and o is sticky through the rescaling.
+    if (nan_logit) {
+      acc.l = NAN;
+#pragma unroll
+      for (int d = 0; d < L::kDims; ++d) acc.o[d] = NAN;
+      continue;
     }
     const float m_new = fmaxf(acc.m, chunk_max);
     if (m_new == -INFINITY) continue;              // no visible key so far: the state stays empty
