@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "criterion.h"
+#include "gpu_test.h"
 #include "kvcache_case.h"
 
 #if defined(FLASHATTN_WITH_CUDA)
@@ -192,13 +193,6 @@ TEST(CudaDecodeHost, SplitHeuristic) {
   EXPECT_EQ(dec::choose_num_splits(in), dec::kMaxSplits);
 }
 
-#define FA_SKIP_WITHOUT_GPU() \
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible: cuda_decode not run"
-
-void cuda_ok(cudaError_t err, const char* what) {
-  ASSERT_EQ(err, cudaSuccess) << what << ": " << cudaGetErrorString(err);
-}
-
 // The cache after the call: exactly the reference's, within one unit of rounding where rotary rotated
 // the new keys (the rotation may round differently).
 testing::AssertionResult caches_match(const char* what, const HostTensor& got, const HostTensor& ref, bool rotary) {
@@ -242,7 +236,7 @@ KVConfig decode_config(int64_t heads, int64_t heads_k, int64_t head_dim, int64_t
 }
 
 TEST(CudaDecode, SplitCountsAgreeWithReference) {
-  FA_SKIP_WITHOUT_GPU();
+  FA_SKIP_WITHOUT_GPU("cuda_decode");
   KVConfig cfg = decode_config(32, 8, 128, 1, 4096, {4000, 1234});
   const KVInputs in = make_kv_inputs(cfg, 11);
   const KVOracle oracle = kv_oracle(in);
@@ -254,7 +248,7 @@ TEST(CudaDecode, SplitCountsAgreeWithReference) {
 }
 
 TEST(CudaDecode, SplitsWithWindowAlibiSoftcap) {
-  FA_SKIP_WITHOUT_GPU();
+  FA_SKIP_WITHOUT_GPU("cuda_decode");
   KVConfig cfg = decode_config(16, 4, 128, 4, 2048, {1900, 30, 700});
   cfg.window_left = 300;
   cfg.window_right = 0;
@@ -272,7 +266,7 @@ TEST(CudaDecode, SplitsWithWindowAlibiSoftcap) {
 }
 
 TEST(CudaDecode, LongContextOneHeadGroup) {
-  FA_SKIP_WITHOUT_GPU();
+  FA_SKIP_WITHOUT_GPU("cuda_decode");
   // 1 x 32k, one kv head with 8 query heads (chosen splits: the maximum, 128)
   expect_matches_oracle(decode_config(8, 1, 128, 1, 32768, {32767}), 14);
   // 16 query tokens appended at the end of a 32k context: 128 packed rows
@@ -282,7 +276,7 @@ TEST(CudaDecode, LongContextOneHeadGroup) {
 }
 
 TEST(CudaDecode, MultiTokenGqa) {
-  FA_SKIP_WITHOUT_GPU();
+  FA_SKIP_WITHOUT_GPU("cuda_decode");
   for (int64_t sq : {8, 16})
     for (int64_t heads : {32, 64}) {
       KVConfig cfg = decode_config(heads, 8, 128, sq, 1024, {900, 257});
@@ -295,7 +289,7 @@ TEST(CudaDecode, MultiTokenGqa) {
 }
 
 TEST(CudaDecode, PageSizes) {
-  FA_SKIP_WITHOUT_GPU();
+  FA_SKIP_WITHOUT_GPU("cuda_decode");
   for (int64_t page : {1, 16, 256}) {
     KVConfig cfg = decode_config(32, 8, 128, 2, 1024, {1000, 0, 513});
     cfg.page_size = page;
@@ -313,7 +307,7 @@ TEST(CudaDecode, PageSizes) {
 // do not divide a tile, with leftpad: the block-table entries of a tile are read before its copies, and
 // the next tile's prefetched) and a contiguous one.
 TEST(CudaDecode, LongSplitsWrapThePipeline) {
-  FA_SKIP_WITHOUT_GPU();
+  FA_SKIP_WITHOUT_GPU("cuda_decode");
   struct Case {
     int64_t head_dim, group, sq, page;  // rows = sq * group
   };
@@ -331,7 +325,7 @@ TEST(CudaDecode, LongSplitsWrapThePipeline) {
 // Every (head-dim bucket, row shape) instantiation: rows = seqlen_q * group = 4 (small), 20 and 32
 // (narrow), 64 (medium), 128 (large) and 256 (two large row tiles); odd head dims inside each bucket.
 TEST(CudaDecode, EveryKernelShape) {
-  FA_SKIP_WITHOUT_GPU();
+  FA_SKIP_WITHOUT_GPU("cuda_decode");
   for (int64_t head_dim : {40, 64, 96, 128, 200, 256})
     for (auto [sq, heads] : {std::pair<int64_t, int64_t>{1, 32}, {5, 32}, {8, 32}, {16, 32}, {16, 64}, {32, 64}}) {
       if (sq == 32 && head_dim != 128 && head_dim != 256) continue;
@@ -397,7 +391,7 @@ bool same_bytes(const HostTensor& a, const HostTensor& b) {
 }
 
 TEST(CudaDecode, GraphCaptureReplayMatchesDirectCall) {
-  FA_SKIP_WITHOUT_GPU();
+  FA_SKIP_WITHOUT_GPU("cuda_decode");
   // A paged decode step with 2 new tokens, rotary (NeoX, partial) and causal: all three kernels and the
   // workspace (rotated q, split partials) run inside the graph.
   KVConfig cfg = decode_config(32, 8, 128, 2, 2048, {1500, 3, 800, 2000 - 2});

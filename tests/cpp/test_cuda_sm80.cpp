@@ -20,6 +20,7 @@
 #include "cuda/sm80/kernel_traits.h"
 #include "cuda/sm80/smem_layout.h"
 #include "cuda/sm80/tile_range.h"
+#include "gpu_test.h"
 #include "naive_lowp.h"
 #include "outputs_criterion.h"
 
@@ -247,9 +248,6 @@ TEST(CudaSm80Dropout, LaneExchangeReproducesThePhiloxKeepMask) {
 
 constexpr const char* kBackend = "cuda_sm80";
 
-#define FA_SKIP_WITHOUT_GPU() \
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible: cuda_sm80 not run"
-
 // Runs `body`; an `unsupported` error (an old GPU, a pruned head dim) skips the test with its reason.
 #define FA_SKIP_IF_UNSUPPORTED(body)                                            \
   try {                                                                         \
@@ -299,7 +297,7 @@ class CudaSm80Buckets : public testing::TestWithParam<int> {};
 // Query and key counts one below, at and one above the forward tile sizes of the bucket, for both kernel
 // instances (their tiles differ): a softcap selects the general one (args.h).
 TEST_P(CudaSm80Buckets, ForwardAtTileBoundaries) {
-  FA_SKIP_WITHOUT_GPU();
+  FA_SKIP_WITHOUT_GPU("cuda_sm80");
   const int bucket = GetParam();
   uint64_t seed = 100;
   for (bool general : {false, true}) {
@@ -318,7 +316,7 @@ TEST_P(CudaSm80Buckets, ForwardAtTileBoundaries) {
 // step; one above: a full step then a one-row step) and the dQ kernel's tile, with the atomic and the
 // deterministic dQ.
 TEST_P(CudaSm80Buckets, BackwardAtTileBoundaries) {
-  FA_SKIP_WITHOUT_GPU();
+  FA_SKIP_WITHOUT_GPU("cuda_sm80");
   const int bucket = GetParam();
   const sm80::BwdTile tile = sm80::bwd_tile(bucket);
   const int dq_rows = sm80::dq_tile(bucket).block_m;
@@ -334,7 +332,7 @@ INSTANTIATE_TEST_SUITE_P(HeadDims, CudaSm80Buckets, testing::ValuesIn(sm80::kHea
                          [](const testing::TestParamInfo<int>& info) { return "d" + std::to_string(info.param); });
 
 TEST(CudaSm80, DeterministicBackwardIsBitwiseRepeatable) {
-  FA_SKIP_WITHOUT_GPU();
+  FA_SKIP_WITHOUT_GPU("cuda_sm80");
   AttnConfig c;
   c.dtype = DType::bf16;
   c.batch = 2, c.seqlen_q = 300, c.seqlen_k = 257, c.heads = 4, c.heads_k = 2, c.head_dim = 128;
@@ -352,7 +350,7 @@ TEST(CudaSm80, DeterministicBackwardIsBitwiseRepeatable) {
 }
 
 TEST(CudaSm80, DropoutHalfMatchesReference) {
-  FA_SKIP_WITHOUT_GPU();
+  FA_SKIP_WITHOUT_GPU("cuda_sm80");
   for (int d : {64, 128, 256}) {
     AttnConfig c;
     c.dtype = DType::f16;
@@ -366,7 +364,7 @@ TEST(CudaSm80, DropoutHalfMatchesReference) {
 }
 
 TEST(CudaSm80, LargerProblemMatchesReference) {
-  FA_SKIP_WITHOUT_GPU();
+  FA_SKIP_WITHOUT_GPU("cuda_sm80");
   AttnConfig c;
   c.dtype = DType::bf16;
   c.batch = 2, c.seqlen_q = 1024, c.seqlen_k = 1024, c.heads = 4, c.heads_k = 4, c.head_dim = 128;
@@ -380,7 +378,7 @@ TEST(CudaSm80, LargerProblemMatchesReference) {
 #if defined(FLASHATTN_WITH_CUDA)
 // The kernels run on the caller's stream: results on a fresh stream equal those on the default stream.
 TEST(CudaSm80, RunsOnTheCallersStream) {
-  FA_SKIP_WITHOUT_GPU();
+  FA_SKIP_WITHOUT_GPU("cuda_sm80");
   AttnConfig c;
   c.dtype = DType::f16;
   c.batch = 2, c.seqlen_q = 77, c.seqlen_k = 130, c.heads = 4, c.heads_k = 2, c.head_dim = 64;

@@ -21,6 +21,7 @@
 
 #include "attention_case.h"
 #include "criterion.h"
+#include "gpu_test.h"
 #include "naive_lowp.h"
 #include "outputs_criterion.h"
 
@@ -33,13 +34,6 @@ namespace fa_test {
 namespace {
 
 constexpr int64_t kInt32Elements = int64_t(1) << 31;
-
-#define FA_SKIP_WITHOUT_GPU() \
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible: GPU scale tests not run"
-
-void cuda_ok(cudaError_t err, const char* what) {
-  ASSERT_EQ(err, cudaSuccess) << what << ": " << cudaGetErrorString(err);
-}
 
 // A value in [-1, 1) from (tensor, element index): splitmix64.
 float hashed_value(uint64_t tensor, int64_t index) {
@@ -129,7 +123,7 @@ class PhaseClock {
 // (B, S, H, D) bf16 with B * S * H * D > 2^31: forward and backward on the automatic backend, batches
 // 0, B/2 and B-1 (the last lies wholly past element 2^31) checked against the reference.
 TEST(GpuScale, DenseTensorsBeyondInt32Elements) {
-  FA_SKIP_WITHOUT_GPU();
+  FA_SKIP_WITHOUT_GPU("GPU scale tests");
   const int64_t B = 8200, S = 1024, H = 2, D = 128;
   const int64_t elements = B * S * H * D, per_batch = S * H * D;
   ASSERT_GT(elements, kInt32Elements);
@@ -189,7 +183,7 @@ TEST(GpuScale, DenseTensorsBeyondInt32Elements) {
 // would hold ~40x more). The last query rows see every key under the bottom-right mask, so a slice of
 // them against all of k and v is checked (the host reference of 8 rows x 2^20 keys takes seconds).
 TEST(GpuScale, HeadDim256AtMillionTokens) {
-  FA_SKIP_WITHOUT_GPU();
+  FA_SKIP_WITHOUT_GPU("GPU scale tests");
   const int64_t S = int64_t(1) << 20, H = 2, Hk = 1, D = 256, rows = 8;
   const size_t q_bytes = size_t(S * H * D) * 2, kv_bytes = size_t(S * Hk * D) * 2;
   DeviceBuffer q(q_bytes), k(kv_bytes), v(kv_bytes), out(q_bytes), lse(size_t(H * S) * 4);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "common/criterion.h"
 #include "flashattn/api.h"
 #include "naive.h"
 
@@ -12,6 +13,7 @@ namespace fabench {
 namespace {
 
 using flashattn::Tensor;
+namespace criterion = flashattn::detail::criterion;
 
 // Query-key pairs the fp64 reference may materialise per check (it keeps the full Sq x Sk score matrix
 // of a head in fp64): about a second of reference work on a few cores, and bounded memory.
@@ -42,25 +44,6 @@ std::vector<float> gather(const HostArray& a, const Window& w) {
   return out;
 }
 
-double epsilon(DType dtype) {
-  switch (dtype) {
-    case DType::bf16:
-      return std::ldexp(1.0, -8);
-    case DType::f16:
-      return std::ldexp(1.0, -11);
-    default:
-      return std::ldexp(1.0, -24);
-  }
-}
-
-// |a - b|, with +inf == +inf counting as 0 (rows without a visible key) and any other non-finite value,
-// such as the NaN of a poisoned element nobody wrote, as infinitely wrong.
-double difference(double a, double b) {
-  if (std::isnan(a) || std::isnan(b)) return INFINITY;
-  if (std::isinf(a) || std::isinf(b)) return a == b ? 0.0 : INFINITY;
-  return std::fabs(a - b);
-}
-
 std::string format_value(double x) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.3g", x);
@@ -75,15 +58,15 @@ std::string compare(const char* what, const HostArray& got, FullIndex full_index
   double err = 0.0, naive_err = 0.0, scale = 1.0;
   size_t worst = 0;
   for (size_t k = 0; k < ref.size(); ++k) {
-    const double e = difference(got.get(full_index(int64_t(k))), ref[k]);
+    const double e = criterion::difference(got.get(full_index(int64_t(k))), ref[k]);
     if (e > err || k == 0) {
       err = e;
       worst = k;
     }
-    naive_err = std::max(naive_err, difference(naive[k], ref[k]));
+    naive_err = std::max(naive_err, criterion::difference(naive[k], ref[k]));
     if (std::isfinite(ref[k])) scale = std::max(scale, std::fabs(double(ref[k])));
   }
-  const double floor = 4.0 * epsilon(dtype) * scale;
+  const double floor = criterion::error_floor(dtype, scale);
   if (err <= 2.0 * naive_err + floor) return {};
   return std::string(what) + ": max|got-ref| " + format_value(err) + " > 2 x " + format_value(naive_err) + " (naive " +
          flashattn::dtype_name(dtype) + ") + " + format_value(floor) + "; worst got " +

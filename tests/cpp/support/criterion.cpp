@@ -3,35 +3,17 @@
 #include <cmath>
 #include <sstream>
 
+#include "common/criterion.h"
+
 namespace fa_test {
 
-namespace {
-
-double epsilon(DType dtype) {
-  switch (dtype) {
-    case DType::bf16:
-      return std::ldexp(1.0, -8);
-    case DType::f16:
-      return std::ldexp(1.0, -11);
-    default:
-      return std::ldexp(1.0, -24);
-  }
-}
-
-// |a - b| with +inf == +inf counted as 0 and any other non-finite mismatch as infinite.
-double difference(double a, double b) {
-  if (std::isnan(a) || std::isnan(b)) return INFINITY;
-  if (std::isinf(a) || std::isinf(b)) return a == b ? 0.0 : INFINITY;
-  return std::fabs(a - b);
-}
-
-}  // namespace
+namespace criterion = flashattn::detail::criterion;
 
 double criterion_floor(DType dtype, const std::vector<double>& ref) {
   double scale = 1.0;
   for (double r : ref)
     if (std::isfinite(r)) scale = std::max(scale, std::fabs(r));
-  return 4.0 * epsilon(dtype) * scale;
+  return criterion::error_floor(dtype, scale);
 }
 
 testing::AssertionResult within_criterion(const std::string& what, const HostTensor& got,
@@ -43,12 +25,12 @@ testing::AssertionResult within_criterion(const std::string& what, const HostTen
   double err = 0, naive_err = 0;
   int64_t worst = -1;
   for (size_t i = 0; i < ref.size(); ++i) {
-    const double e = difference(got.get(int64_t(i)), ref[i]);
+    const double e = criterion::difference(got.get(int64_t(i)), ref[i]);
     if (worst < 0 || e > err) {
       err = e;
       worst = int64_t(i);
     }
-    naive_err = std::max(naive_err, difference(naive[i], ref[i]));
+    naive_err = std::max(naive_err, criterion::difference(naive[i], ref[i]));
   }
   const double bound = 2.0 * naive_err + criterion_floor(dtype, ref);
   if (err <= bound) return testing::AssertionSuccess();
