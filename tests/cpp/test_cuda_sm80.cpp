@@ -26,6 +26,9 @@
 
 #if defined(FLASHATTN_WITH_CUDA)
 #include <cuda_runtime_api.h>
+
+#include "api/validate.h"
+#include "cuda/sm80/launch.h"
 #endif
 
 namespace fa_test {
@@ -109,6 +112,12 @@ TEST(CudaSm80Layout, TileConfigurationsFitSm80) {
     EXPECT_TRUE(sm80::valid(sm80::fwd_tile(d, false))) << d;
     EXPECT_TRUE(sm80::valid(sm80::bwd_tile(d))) << d;
     EXPECT_TRUE(sm80::valid(sm80::dq_tile(d))) << d;
+    // The tiled backward runs everywhere on sm_90; on sm_80 only where it fits, else keys as rows.
+    EXPECT_TRUE(sm80::bwd_tile_for(d, sm80::kSm90SmemBytes).tiled) << d;
+    const sm80::BwdTile on_sm80 = sm80::bwd_tile_for(d, sm80::kSm80SmemBytes);
+    EXPECT_LE(on_sm80.smem_bytes(), sm80::kSm80SmemBytes) << d;
+    EXPECT_TRUE(sm80::valid(on_sm80)) << d;
+    EXPECT_EQ(on_sm80.tiled, d < 224) << d;
     EXPECT_EQ(sm80::head_dim_bucket(d), d);
     EXPECT_EQ(sm80::head_dim_bucket(d - 8), d);
   }
@@ -327,6 +336,36 @@ TEST_P(CudaSm80Buckets, BackwardAtTileBoundaries) {
         for (bool deterministic : {false, true})
           expect_backward_matches(small_config(bucket, sq, tile.block_n + dn, causal), ++seed, deterministic);
 }
+
+#if defined(FLASHATTN_WITH_CUDA)
+// Head dims 224 and 256 fall back to the keys-as-rows backward on devices that cannot give the tiled
+// kernel its 185-209 KB of shared memory (sm_80). An sm_90 device runs the tiled kernel, so the test
+// drives launch_bwd with sm_80's limit: the fallback is checked on whatever GPU runs the suite.
+TEST(CudaSm80, RowsFallbackBackwardMatchesReference) {
+  FA_SKIP_WITHOUT_GPU("cuda_sm80");
+  uint64_t seed = 300;
+  for (int bucket : {224, 256}) {
+    ASSERT_TRUE(sm80::has_rows_fallback(bucket));
+    ASSERT_FALSE(sm80::bwd_tile_for(bucket, sm80::kSm80SmemBytes).tiled);
+    const sm80::BwdTile tile = sm80::bwd_rows_tile(bucket);
+    for (bool causal : {false, true})
+      for (bool deterministic : {false, true}) {
+        const AttnConfig c = small_config(bucket, tile.block_m + 1, tile.block_n + 1, causal);
+        SCOPED_TRACE(c.name() + (deterministic ? " deterministic" : ""));
+        const AttnInputs in = make_inputs(c, ++seed);
+        FwdOutputs fwd;
+        FA_SKIP_IF_UNSUPPORTED(fwd = run_forward(in, kBackend, Device::cuda(0)));
+        const BwdOutputs got =
+            run_backward_via(in, fwd, kBackend, Device::cuda(0), deterministic, [](const flashattn::BwdParams& p) {
+              const auto problem = flashattn::detail::make_bwd_problem(p);
+              sm80::launch_bwd(problem, sm80::kSm80SmemBytes, nullptr);
+              ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+            });
+        expect_backward_within_criterion(got, reference_backward(in), naive_lowp(in, true), c.dtype);
+      }
+  }
+}
+#endif
 
 INSTANTIATE_TEST_SUITE_P(HeadDims, CudaSm80Buckets, testing::ValuesIn(sm80::kHeadDimBuckets),
                          [](const testing::TestParamInfo<int>& info) { return "d" + std::to_string(info.param); });

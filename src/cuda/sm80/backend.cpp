@@ -22,7 +22,7 @@ namespace flashattn::detail {
 
 namespace {
 
-using cuda::sm80::bwd_tile;
+using cuda::sm80::bwd_tile_for;
 using cuda::sm80::dq_tile;
 using cuda::sm80::fwd_tile;
 using cuda::sm80::head_dim_bucket;
@@ -113,14 +113,16 @@ std::string supports_fwd(const FwdProblem& p) {
 
 std::string supports_bwd(const BwdProblem& p) {
   const int bucket = head_dim_bucket(p.head_dim);
-  const int64_t smem = std::max(bwd_tile(bucket).smem_bytes(), dq_tile(bucket).smem_bytes());
+  // A device whose attributes cannot be read gets common_reason's error; the partition does not matter then.
+  const cuda::sm80::BwdTile tile = bwd_tile_for(bucket, device_props(p.device.index).smem_optin);
+  const int64_t smem = std::max(tile.smem_bytes(), dq_tile(bucket).smem_bytes());
   if (std::string r = common_reason(p, smem); !r.empty()) return r;
   for (const auto& [view, name] :
        {std::pair{p.dout, "dout"}, std::pair{p.dq, "dq"}, std::pair{p.dk, "dk"}, std::pair{p.dv, "dv"}})
     if (std::string r = alignment_reason(view, name); !r.empty()) return r;
   const int64_t rows = p.total_q * p.heads;
   for (const std::string& r :
-       {grid_reason(cuda::ceil_div(p.seqlen_k, bwd_tile(bucket).block_n) * p.heads_k * p.batch, "the backward"),
+       {grid_reason(cuda::ceil_div(p.seqlen_k, tile.block_n) * p.heads_k * p.batch, "the backward"),
         grid_reason(cuda::ceil_div(p.seqlen_q, dq_tile(bucket).block_m) * p.heads * p.batch, "the dQ kernel"),
         grid_reason(cuda::ceil_div(rows * (p.head_dim / 8), 256), "the dQ conversion")})
     if (!r.empty()) return r;
@@ -134,7 +136,7 @@ void run_fwd(const FwdProblem& p, Stream stream) {
 
 void run_bwd(const BwdProblem& p, Stream stream) {
   cuda::DeviceGuard guard(p.device);
-  cuda::sm80::launch_bwd(p, static_cast<cudaStream_t>(stream));
+  cuda::sm80::launch_bwd(p, device_props(p.device.index).smem_optin, static_cast<cudaStream_t>(stream));
 }
 
 }  // namespace

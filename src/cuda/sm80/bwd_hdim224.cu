@@ -7,8 +7,8 @@
 
 #if defined(FLASHATTN_HDIM_224)
 namespace flashattn::detail::cuda::sm80 {
-template void run_bwd<__half, 224>(BwdArgs, cudaStream_t);
-template void run_bwd<__nv_bfloat16, 224>(BwdArgs, cudaStream_t);
+template void run_bwd<__half, 224>(BwdArgs, int64_t, cudaStream_t);
+template void run_bwd<__nv_bfloat16, 224>(BwdArgs, int64_t, cudaStream_t);
 template void run_bwd_dq<__half, 224>(BwdArgs, cudaStream_t);
 template void run_bwd_dq<__nv_bfloat16, 224>(BwdArgs, cudaStream_t);
 }  // namespace flashattn::detail::cuda::sm80

@@ -260,18 +260,20 @@ void launch_bwd_pass(const BwdArgs& args, cudaStream_t stream) {
 }
 
 // dK and dV (and dQ into dq_accum unless deterministic) for one (dtype, head-dim bucket), in the
-// bucket's partition (kernel_traits.h); instantiated in bwd_hdim<D>.cu.
+// partition bwd_tile_for picks for a device whose CTAs may opt into `smem_optin` bytes of shared memory
+// (kernel_traits.h); instantiated in bwd_hdim<D>.cu.
 template <typename T, int kHeadDim>
-void run_bwd(BwdArgs args, cudaStream_t stream) {
-  args.num_n_blocks = int(ceil_div(args.p.seqlen_k, bwd_tile(kHeadDim).block_n));
-  if constexpr (bwd_tile(kHeadDim).tiled) {
-    launch_bwd_tiled<T, kHeadDim>(args, stream);
-  } else if constexpr (bwd_tile(kHeadDim).two_pass) {
-    launch_bwd_pass<T, kHeadDim, BwdPass::dv_only>(args, stream);
-    launch_bwd_pass<T, kHeadDim, BwdPass::dk_only>(args, stream);
-  } else {
-    launch_bwd_pass<T, kHeadDim, BwdPass::both>(args, stream);
+void run_bwd(BwdArgs args, int64_t smem_optin, cudaStream_t stream) {
+  const BwdTile tile = bwd_tile_for(kHeadDim, smem_optin);
+  args.num_n_blocks = int(ceil_div(args.p.seqlen_k, tile.block_n));
+  if constexpr (has_rows_fallback(kHeadDim)) {
+    if (!tile.tiled) {
+      launch_bwd_pass<T, kHeadDim, BwdPass::dv_only>(args, stream);
+      launch_bwd_pass<T, kHeadDim, BwdPass::dk_only>(args, stream);
+      return;
+    }
   }
+  launch_bwd_tiled<T, kHeadDim>(args, stream);
 }
 
 }  // namespace flashattn::detail::cuda::sm80

@@ -18,12 +18,13 @@
 
 namespace flashattn::detail::cuda::sm80 {
 
-// Head dims <= 128 accumulate dK and dV in one pass; larger ones run the kernel twice (kernel_traits.h).
+// One pass accumulates dK and dV; the fallback's head dims (224, 256) run the kernel twice, once per
+// accumulator (kernel_traits.h, bwd_rows_tile).
 enum class BwdPass { both, dv_only, dk_only };
 
 template <typename T, int kHeadDim, BwdPass kPass>
 struct BwdMainloop {
-  static constexpr BwdTile kTile = bwd_tile(kHeadDim);
+  static constexpr BwdTile kTile = bwd_rows_tile(kHeadDim);
   static constexpr int kBlockN = kTile.block_n;  // keys of the CTA
   static constexpr int kBlockM = kTile.block_m;  // queries per step
   static constexpr int kThreads = kTile.threads();

@@ -1,6 +1,6 @@
 #pragma once
 
-// FlashAttention-2 backward, main kernel in the tiled partition (head dims <= 128; kernel_traits.h and
+// FlashAttention-2 backward, main kernel in the tiled partition (every head dim; kernel_traits.h and
 // bwd_tiled_mainloop.cuh): one CTA per (key tile of kBlockN keys, kv head, sequence), flattened into
 // gridDim.x. It loops over the query heads of its GQA group and, for each, over the query tiles that can
 // see its keys; per step (head h, query tile m):

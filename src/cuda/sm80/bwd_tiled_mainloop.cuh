@@ -10,8 +10,8 @@
 //   3. dQ = dS K (queries x head dim), warp tile kDqM x kDqD, added to dq_accum with atomics.
 // Each product is X (rows, read as A) times Y (read as B); a group of mf 16-row fragments by nf n8
 // fragments loads mf A and nf / 2 B fragments per k16 step for mf * nf independent MMAs. Phase 1
-// interleaves S and dP in one k loop (2 mf nf accumulators in flight), phase 2 runs 32 x 32 or 32 x 64
-// tiles (8-16 in flight, 2-2.7 MMAs per ldmatrix).
+// interleaves S and dP in one k loop (2 mf nf accumulators in flight), phase 2 runs 16 x 80 to 32 x 64
+// tiles (8-16 in flight, 1.7-2.7 MMAs per ldmatrix).
 
 #include <cstdint>
 
@@ -37,7 +37,7 @@ struct BwdTiled {
   static constexpr int kDqM = kTile.dq_tile_rows(), kDqD = kTile.dq_tile_cols();
   // Phases 1 and 3 work on this many 16-row fragments of their warp tile at a time (rolled loops over
   // the groups): two where registers allow (each B fragment then feeds two MMAs), one at head dims above
-  // 64, where dK + dV take 128 registers and 32-row groups spill.
+  // 64, where dK + dV take 80-128 registers and 32-row groups spill.
   static constexpr int kSdpChunkMF = kHeadDim > 64 ? 1 : 2;
   static constexpr int kDqChunkMF = kHeadDim > 64 ? 1 : 2;
   static_assert((kSdpM / 16) % kSdpChunkMF == 0 && (kDqM / 16) % kDqChunkMF == 0, "whole groups of fragments");

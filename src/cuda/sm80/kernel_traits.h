@@ -60,6 +60,11 @@ constexpr FwdTile fwd_tile(int bucket, bool general = true) {
   return FwdTile{bucket, 128, wide ? 64 : 32, 8, 1, false};
 }
 
+// Shared memory a CTA may opt into (cudaDevAttrMaxSharedMemoryPerBlockOptin): 163 KB on sm_80 (A100),
+// 227 KB on sm_90 (H100, H200). sm_86/89 allow 99 KB, less than the backward's tiles need.
+inline constexpr int64_t kSm80SmemBytes = 163 * 1024;
+inline constexpr int64_t kSm90SmemBytes = 227 * 1024;
+
 // Backward main kernel: one CTA per (block_n keys, kv head, sequence); it loops over the query heads of
 // its GQA group and over query tiles of block_m rows. Two partitions of a step over the warps:
 //
@@ -68,23 +73,26 @@ constexpr FwdTile fwd_tile(int bucket, bool general = true) {
 //   S, dP (queries x keys):    sdp_warps_m x (warps / sdp_warps_m) warp tiles
 //   dV, dK (keys x head dim):  dkv_warps_n x (warps / dkv_warps_n), accumulated in registers all along
 //   dQ (queries x head dim):   dq_warps_m x (warps / dq_warps_m), added to dq_accum with atomics
-// Warp tiles are at least 32 x 32 and a step covers 64-128 queries (vs 16-row warp tiles and 32-64
+// Warp tiles are at least 16 x 32 and a step covers 64-128 queries (vs 16-row warp tiles and 32
 // queries for keys as rows): fewer ldmatrix per MMA, more independent MMAs in flight per warp, half the
 // barriers per query. Phases 1 and 3 walk their tiles in groups of 16-row fragments (two at D <= 64,
 // one above), with S and dP of a group computed in one interleaved k loop.
 //   registers ~ dK + dV (2 block_n head_dim / threads) + S + dP + dQ of one group + ~90 (measured):
 //   D <= 64:  128 keys x 128 queries, 8 warps: S/dP 64 x 32, dK/dV 32 x head_dim / 2, dQ 32 x head_dim / 2.
-//   D = 128:  128 keys x 64 queries, 8 warps: S/dP 32 x 32, dK/dV 32 x 64, dQ 32 x 32.
+//   D 96-128: 128 keys x 64 queries, 8 warps: S/dP 32 x 32, dK/dV 32 x head_dim / 4, dQ 32 x 32 at
+//             D = 128 (16 x 48 at D = 96: 24 columns are not whole 16-column MMA blocks).
+//   D > 128:  64 keys x 64 queries, 8 warps (FlashAttention-2's choice): S/dP 16 x 32; dK/dV 32 x D / 4
+//             at D = 192 and 256 (96 and 128 accumulator registers), 16 x D / 2 at D = 160 and 224
+//             (D / 4 is not a multiple of 16 there); dQ likewise. Shared memory: 137 KB at D = 160,
+//             161 KB at 192, 185 KB at 224 and 209 KB at 256; the last two exceed sm_80's 163 KB.
 //
-// Keys as rows (tiled = false; bwd_kernel.cuh): warp w owns the keys [16 w, 16 w + 16): it computes
-// S^T = K Q^T and dP^T = V dO^T for them, so P^T and dS^T come out of the MMA already in the A-operand
-// layout of dV += P^T dO and dK += dS^T Q and never touch shared memory; dK and dV (16 x head_dim each)
-// stay in its registers for the whole loop; only dS^T goes through shared memory, for dQ.
-//   registers per thread ~ dV + dK (head_dim) + S^T + dP^T (block_m), plus the same overhead as above:
-//   D = 96:   64 keys (4 warps) x 32 queries (64 queries spill; 4 warps keep the dQ column split whole).
-//   D > 128:  dK + dV alone would need 160-256 registers, so the kernel runs twice (two_pass): once
-//             accumulating dV only, once dK (and dQ) only; 64 keys (4 warps) x 32 queries keep shared
-//             memory within sm80's 163 KB.
+// Keys as rows (tiled = false; bwd_kernel.cuh): the fallback for D = 224 and 256 where the device
+// cannot give the tiled kernel its shared memory (sm_80). Warp w owns the keys [16 w, 16 w + 16): it
+// computes S^T = K Q^T and dP^T = V dO^T for them, so P^T and dS^T come out of the MMA already in the
+// A-operand layout of dV += P^T dO and dK += dS^T Q and never touch shared memory; dK and dV stay in
+// its registers for the whole loop; only dS^T goes through shared memory, for dQ. dK + dV alone would
+// need 224-256 registers, so the kernel runs twice (two_pass): once accumulating dV only, once dK (and
+// dQ) only; 64 keys (4 warps) x 32 queries.
 struct BwdTile {
   int head_dim;
   int block_n, block_m;
@@ -94,7 +102,6 @@ struct BwdTile {
   int sdp_warps_m = 1;  // tiled: warps along the queries of S and dP (the others along the keys)
   int dkv_warps_n = 1;  // tiled: warps along the keys of dK and dV (the others along the head dim)
   int dq_warps_m = 1;   // tiled: warps along the queries of dQ (the others along the head dim)
-
   constexpr int threads() const { return warps * 32; }
   // Keys as rows: dQ = dS K runs on the same warps re-partitioned: row groups of 16 queries x column
   // groups of the head dim.
@@ -131,11 +138,24 @@ struct BwdTile {
   }
 };
 
+// The tiled configuration of every bucket (the backward's first choice).
 constexpr BwdTile bwd_tile(int bucket) {
   if (bucket <= 64) return BwdTile{bucket, 128, 128, 8, false, true, 2, 4, 4};
-  if (bucket <= 96) return BwdTile{bucket, 64, 32, 4, false};
+  if (bucket <= 96) return BwdTile{bucket, 128, 64, 8, false, true, 2, 4, 4};
   if (bucket <= 128) return BwdTile{bucket, 128, 64, 8, false, true, 2, 4, 2};
-  return BwdTile{bucket, 64, 32, 4, true};
+  if (bucket == 160 || bucket == 224) return BwdTile{bucket, 64, 64, 8, false, true, 4, 4, 4};
+  return BwdTile{bucket, 64, 64, 8, false, true, 4, 2, 2};
+}
+
+// Buckets whose tiled kernel needs more shared memory than sm_80 gives; they also compile the
+// keys-as-rows kernel (bwd_rows_tile).
+constexpr bool has_rows_fallback(int bucket) { return bwd_tile(bucket).smem_bytes() > kSm80SmemBytes; }
+constexpr BwdTile bwd_rows_tile(int bucket) { return BwdTile{bucket, 64, 32, 4, true}; }
+
+// The configuration the backward runs on a device whose CTAs may opt into `smem_optin` bytes.
+constexpr BwdTile bwd_tile_for(int bucket, int64_t smem_optin) {
+  return bwd_tile(bucket).smem_bytes() <= smem_optin || !has_rows_fallback(bucket) ? bwd_tile(bucket)
+                                                                                   : bwd_rows_tile(bucket);
 }
 
 // Deterministic dQ kernel: one CTA per (block_m queries, head, sequence) that loops over key tiles and
@@ -160,7 +180,7 @@ constexpr DqTile dq_tile(int bucket) { return DqTile{bucket, 64, bucket <= 128 ?
 // layout derivation in the kernels; see the comments there).
 constexpr bool valid(FwdTile t) {
   return t.head_dim % 32 == 0 && t.block_m == t.warps * t.warp_rows() && t.block_n % 16 == 0 &&
-         (t.m_frags == 1 || t.m_frags == 2) && t.smem_bytes() <= 163 * 1024;
+         (t.m_frags == 1 || t.m_frags == 2) && t.smem_bytes() <= kSm80SmemBytes;
 }
 // Tiled: every warp grid divides the warps, every warp tile is a whole number of 16 x 16 MMA blocks in
 // both dimensions (B operands are loaded as pairs of n8 fragments), and one thread per LSE / D value.
@@ -172,19 +192,21 @@ constexpr bool valid_tiled(BwdTile t) {
   return !t.two_pass && tiles(t.block_m, t.block_n, t.sdp_warps_m) && tiles(t.block_n, t.head_dim, t.dkv_warps_n) &&
          tiles(t.block_m, t.head_dim, t.dq_warps_m) && 2 * t.block_m <= t.threads();
 }
+// The tiled kernel may need sm_90's shared memory (has_rows_fallback); keys as rows fits sm_80.
 constexpr bool valid(BwdTile t) {
-  if (t.head_dim % 32 != 0 || t.smem_bytes() > 163 * 1024) return false;
+  if (t.head_dim % 32 != 0 || t.smem_bytes() > (t.tiled ? kSm90SmemBytes : kSm80SmemBytes)) return false;
   if (t.tiled) return valid_tiled(t);
   return t.block_n == 16 * t.warps && t.block_m % 32 == 0 && t.warps % t.dq_row_groups() == 0 &&
          t.head_dim % t.dq_col_groups() == 0 && t.dq_cols_per_warp() % 16 == 0;
 }
 constexpr bool valid(DqTile t) {
-  return t.head_dim % 32 == 0 && t.block_m == 16 * t.warps && t.block_n % 16 == 0 && t.smem_bytes() <= 163 * 1024;
+  return t.head_dim % 32 == 0 && t.block_m == 16 * t.warps && t.block_n % 16 == 0 && t.smem_bytes() <= kSm80SmemBytes;
 }
 
 constexpr bool all_tiles_valid() {
   for (int d : kHeadDimBuckets)
-    if (!valid(fwd_tile(d, true)) || !valid(fwd_tile(d, false)) || !valid(bwd_tile(d)) || !valid(dq_tile(d)))
+    if (!valid(fwd_tile(d, true)) || !valid(fwd_tile(d, false)) || !valid(bwd_tile(d)) || !bwd_tile(d).tiled ||
+        !valid(bwd_rows_tile(d)) || !valid(dq_tile(d)))
       return false;
   return true;
 }

@@ -6,6 +6,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
+
 #include "api/problem.h"
 #include "cuda/sm80/args.h"
 
@@ -14,7 +16,7 @@ namespace flashattn::detail::cuda::sm80 {
 template <typename T, int kHeadDim>
 void run_fwd(FwdArgs args, cudaStream_t stream);
 template <typename T, int kHeadDim>
-void run_bwd(BwdArgs args, cudaStream_t stream);
+void run_bwd(BwdArgs args, int64_t smem_optin, cudaStream_t stream);
 template <typename T, int kHeadDim>
 void run_bwd_dq(BwdArgs args, cudaStream_t stream);
 
@@ -22,7 +24,8 @@ void run_bwd_dq(BwdArgs args, cudaStream_t stream);
 ScoreArgs make_score_args(const FwdProblem& p);
 
 // Enqueue the whole forward / backward of `p` on `stream` (the caller has made p.device current).
+// `smem_optin`: the shared memory a CTA of p.device may opt into, which picks the backward's partition.
 void launch_fwd(const FwdProblem& p, cudaStream_t stream);
-void launch_bwd(const BwdProblem& p, cudaStream_t stream);
+void launch_bwd(const BwdProblem& p, int64_t smem_optin, cudaStream_t stream);
 
 }  // namespace flashattn::detail::cuda::sm80

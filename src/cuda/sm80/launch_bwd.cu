@@ -14,7 +14,7 @@
 
 namespace flashattn::detail::cuda::sm80 {
 
-void launch_bwd(const BwdProblem& p, cudaStream_t stream) {
+void launch_bwd(const BwdProblem& p, int64_t smem_optin, cudaStream_t stream) {
   BwdArgs args;
   args.p = p;
   args.s = make_score_args(p);
@@ -34,7 +34,7 @@ void launch_bwd(const BwdProblem& p, cudaStream_t stream) {
     }
     head_dim_switch(head_dim_bucket(p.head_dim), [&](auto bucket) {
       constexpr int kHeadDim = decltype(bucket)::value;
-      run_bwd<T, kHeadDim>(args, stream);
+      run_bwd<T, kHeadDim>(args, smem_optin, stream);
       if (p.deterministic) run_bwd_dq<T, kHeadDim>(args, stream);
     });
     if (atomics) {

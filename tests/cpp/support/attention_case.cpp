@@ -126,9 +126,10 @@ FwdOutputs run_forward(const AttnInputs& in, const std::string& backend, Device 
   return FwdOutputs{d_out.download(), d_lse.download()};
 }
 
-BwdOutputs run_backward(const AttnInputs& in, const FwdOutputs& fwd, const std::string& backend, Device device,
-                        bool deterministic, std::optional<DType> compute, flashattn::Stream stream) {
-  const DType dt = compute.value_or(in.cfg.dtype);
+namespace {
+
+BwdOutputs backward_with(const AttnInputs& in, const FwdOutputs& fwd, const std::string& backend, Device device,
+                         bool deterministic, DType dt, const std::function<void(const flashattn::BwdParams&)>& call) {
   Uploaded u = upload(in, device, dt);
   DeviceTensor d_out(fwd.out.as(dt), device), d_lse(fwd.lse, device), d_dout(in.dout.as(dt), device);
   HostTensor dq(dt, in.q.shape()), dk(dt, in.k.shape()), dv(dt, in.v.shape());
@@ -145,8 +146,21 @@ BwdOutputs run_backward(const AttnInputs& in, const FwdOutputs& fwd, const std::
   p.dk = d_dk.view();
   p.dv = d_dv.view();
   p.deterministic = deterministic;
-  flashattn::backward(p, stream);
+  call(p);
   return BwdOutputs{d_dq.download(), d_dk.download(), d_dv.download()};
+}
+
+}  // namespace
+
+BwdOutputs run_backward(const AttnInputs& in, const FwdOutputs& fwd, const std::string& backend, Device device,
+                        bool deterministic, std::optional<DType> compute, flashattn::Stream stream) {
+  return backward_with(in, fwd, backend, device, deterministic, compute.value_or(in.cfg.dtype),
+                       [&](const flashattn::BwdParams& p) { flashattn::backward(p, stream); });
+}
+
+BwdOutputs run_backward_via(const AttnInputs& in, const FwdOutputs& fwd, const std::string& backend, Device device,
+                            bool deterministic, const std::function<void(const flashattn::BwdParams&)>& call) {
+  return backward_with(in, fwd, backend, device, deterministic, in.cfg.dtype, call);
 }
 
 FwdOutputs reference_forward(const AttnInputs& in) {

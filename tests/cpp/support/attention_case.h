@@ -3,6 +3,7 @@
 // One attention test case: its configuration, random inputs, and helpers that run it on any backend.
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -60,6 +61,10 @@ FwdOutputs run_forward(const AttnInputs& in, const std::string& backend, Device 
 BwdOutputs run_backward(const AttnInputs& in, const FwdOutputs& fwd, const std::string& backend, Device device,
                         bool deterministic = false, std::optional<DType> compute = std::nullopt,
                         flashattn::Stream stream = nullptr);
+// run_backward with `call` in place of flashattn::backward: for tests that drive a backend's internals
+// (e.g. a kernel partition the device would not pick) on the same inputs, outputs and checks.
+BwdOutputs run_backward_via(const AttnInputs& in, const FwdOutputs& fwd, const std::string& backend, Device device,
+                            bool deterministic, const std::function<void(const flashattn::BwdParams&)>& call);
 
 // The fp64 oracle: cpu_reference on inputs upcast to f32 (exact), outputs in f32.
 FwdOutputs reference_forward(const AttnInputs& in);
