@@ -97,19 +97,15 @@ __device__ __forceinline__ void reduce_chunk(float (&x)[kBwdChunk], float (&y)[k
   __syncwarp();
 }
 
-// Partial dot products of the lane's dims: a . row_a and b . row_b for one shared-memory row each.
+// Partial dot products of the lane's dims: a . row_a and b . row_b for one shared-memory row each. q.k
+// goes through the forward's lane_dot (row_math.cuh), so that after the same lane reduction the logit is
+// bitwise the one the forward's LSE was computed from, and P = exp(logit - LSE) is the forward's P.
 template <int kHeadDim>
 __device__ __forceinline__ void lane_dots(const float4* row_a, const float4* row_b,
                                           const float (&a)[Layout<kHeadDim>::kDims],
                                           const float (&b)[Layout<kHeadDim>::kDims], float& dot_a, float& dot_b) {
-  using L = Layout<kHeadDim>;
-  dot_a = dot_b = 0.0f;
-#pragma unroll
-  for (int t = 0; t < L::kVecs; ++t) {
-    const float4 x = row_a[t * L::kLanes], y = row_b[t * L::kLanes];
-    dot_a = fmaf(a[4 * t], x.x, fmaf(a[4 * t + 1], x.y, fmaf(a[4 * t + 2], x.z, fmaf(a[4 * t + 3], x.w, dot_a))));
-    dot_b = fmaf(b[4 * t], y.x, fmaf(b[4 * t + 1], y.y, fmaf(b[4 * t + 2], y.z, fmaf(b[4 * t + 3], y.w, dot_b))));
-  }
+  dot_a = lane_dot<kHeadDim>(row_a, a);
+  dot_b = lane_dot<kHeadDim>(row_b, b);
 }
 
 // acc += w * row over the lane's dims of one shared-memory row.

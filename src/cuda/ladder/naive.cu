@@ -68,21 +68,25 @@ __global__ void __launch_bounds__(kProductThreads)
   const bool q_in = i0 + ty < r.sq, k_in = j0 + ty < r.sk;
   const T* q_row = static_cast<const T*>(p.q.ptr) + (q_in ? p.q.offset(b, r.q_start + i0 + ty, h) : 0);
   const T* k_row = static_cast<const T*>(p.k.ptr) + (k_in ? p.k.offset(b, r.k_start + j0 + ty, hk) : 0);
-  float acc = 0.0f;
+  // Four interleaved chains (dims d % 4) added pairwise at the end, as the SIMT kernels' lane_dot: with
+  // logits of ~1e3 (softmax_scale -1 in the numerics tests) one chain of head_dim FMAs rounds two nearby
+  // logits' difference badly enough (1e-4) to put out outside flash-attn's criterion.
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   for (int64_t d0 = 0; d0 < p.head_dim; d0 += kTile) {
     const bool d_in = d0 + tx < p.head_dim;
     qs[ty][tx] = q_in && d_in ? to_float(q_row[d0 + tx]) : 0.0f;
     ks[ty][tx] = k_in && d_in ? to_float(k_row[d0 + tx]) : 0.0f;
     __syncthreads();
 #pragma unroll
-    for (int c = 0; c < kTile; ++c) acc = fmaf(qs[ty][c], ks[tx][c], acc);
+    for (int c = 0; c < kTile; ++c) acc[c % 4] = fmaf(qs[ty][c], ks[tx][c], acc[c % 4]);
     __syncthreads();
   }
+  const float qk = (acc[0] + acc[1]) + (acc[2] + acc[3]);
   const int64_t i = i0 + ty, j = j0 + tx;
   if (i >= r.sq || j >= r.sk) return;
   const Mask mask = make_mask(p.score, r.sq, r.sk);
   const ScoreMod<float> mod{p.score.softmax_scale, p.score.softcap, alibi_slope(p.score, b, h)};
-  scores[score_row(p, b, h, i) + j] = mask.visible(i, j) ? mod(acc, mask.diagonal(i) - j) : -INFINITY;
+  scores[score_row(p, b, h, i) + j] = mask.visible(i, j) ? mod(qk, mask.diagonal(i) - j) : -INFINITY;
 }
 
 __device__ __forceinline__ float warp_max(float x) {
@@ -120,14 +124,17 @@ __global__ void __launch_bounds__(kSoftmaxWarps * 32)
   // A NaN logit makes the row NaN (docs/reliability.md); fmaxf alone would drop it, and a row of NaN
   // logits would look empty.
   if (__any_sync(0xffffffffu, nan_logit)) m = NAN;
-  float lse = INFINITY;
+  float lse = INFINITY, sum = 0.0f;
   if (m != -INFINITY) {
-    float sum = 0.0f;
     for (int64_t j = lane; j < r.sk; j += 32) sum += expf(s[j] - m);
-    lse = m + logf(warp_sum(sum));
+    sum = warp_sum(sum);
+    lse = m + logf(sum);
   }
   for (int64_t j = lane; j < r.sk; j += 32) {
-    float prob = m != -INFINITY ? expf(s[j] - lse) : 0.0f;
+    // exp(s - m) / sum, not exp(s - lse): with logits of ~1e3 (softmax_scale -1 in the numerics tests)
+    // lse carries an fp32 rounding of up to 3e-5, which would scale every probability of the row by as
+    // much and put out outside flash-attn's criterion; s - m is exact when s is near the maximum.
+    float prob = m != -INFINITY ? expf(s[j] - m) / sum : 0.0f;
     if (a.common.dropout) {
       const bool keep = philox_word(dropout_words(p.dropout, b, h, p.heads, i, j), j) >= a.common.drop_threshold;
       prob = keep ? prob * a.common.keep_scale : 0.0f;

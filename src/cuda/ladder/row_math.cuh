@@ -135,6 +135,29 @@ __device__ __forceinline__ void load_kv_tile(const T* src, int64_t row_stride, i
   }
 }
 
+// The lane's share of the dot product of a row held in registers (`a`, the lane's dims) with one
+// shared-memory row (`row`: the lane's first float4 of it). Every logit of the SIMT kernels is scored
+// here, forward and backward: cuda_fa2_simt's backward recomputes P = exp(logit - LSE) with the forward's
+// LSE, and a logit summed in another order there (it once summed each float4 backwards) is rounded
+// differently, so P no longer matches the LSE. That put dV, whose criterion is the tightest, outside
+// flash-attn's criterion (docs/reliability.md, numerics tests). Four chains, one per float4 component,
+// added as (x + y) + (z + w): each chain sums kVecs products instead of one chain summing 4 * kVecs, which
+// keeps the fp32 rounding of large logits (|q.k| ~ 1e3 at softmax_scale -1) within the criterion too.
+template <int kHeadDim>
+__device__ __forceinline__ float lane_dot(const float4* row, const float (&a)[Layout<kHeadDim>::kDims]) {
+  using L = Layout<kHeadDim>;
+  float x = 0.0f, y = 0.0f, z = 0.0f, w = 0.0f;
+#pragma unroll
+  for (int t = 0; t < L::kVecs; ++t) {
+    const float4 r = row[t * L::kLanes];
+    x = fmaf(a[4 * t], r.x, x);
+    y = fmaf(a[4 * t + 1], r.y, y);
+    z = fmaf(a[4 * t + 2], r.z, z);
+    w = fmaf(a[4 * t + 3], r.w, w);
+  }
+  return (x + y) + (z + w);
+}
+
 // Online softmax of one row against the keys [n0, n0 + n_valid) staged in `ks`/`vs` (keys beyond
 // n_valid, up to the next multiple of kKeyChunk, must be zero-filled rows of the tile). n_valid must be
 // the same for every thread of the block, and every lane of the warp must call this (it shuffles).
@@ -150,17 +173,7 @@ __device__ __forceinline__ void attend_tile(const float* ks, const float* vs, in
     float s[kKeyChunk];
 #pragma unroll
     for (int kk = 0; kk < kKeyChunk; ++kk) {
-      const float4* kr = k4 + (c0 + kk) * L::kRowVecs;
-      float dot = 0.0f;
-#pragma unroll
-      for (int t = 0; t < L::kVecs; ++t) {
-        const float4 kv = kr[t * L::kLanes];
-        dot = fmaf(q[4 * t], kv.x, dot);
-        dot = fmaf(q[4 * t + 1], kv.y, dot);
-        dot = fmaf(q[4 * t + 2], kv.z, dot);
-        dot = fmaf(q[4 * t + 3], kv.w, dot);
-      }
-      s[kk] = dot;
+      s[kk] = lane_dot<kHeadDim>(k4 + (c0 + kk) * L::kRowVecs, q);
     }
     // Sum the lanes' partial dot products. Each butterfly step adds the same two values in both lanes
     // (addition commutes), so every lane of the row ends with the bitwise-identical total, and so with
