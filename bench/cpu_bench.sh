@@ -32,7 +32,7 @@ run() {
 run "ggml prefill shape (D=128, 8 heads, 512 queries x 4096 keys, f16)" \
   --impl cpu_flash --batch 1 --heads 8 --seqlen-q 512 --seqlen-k 4096 --dim 128 --dtype f16 --iters 5
 run "ggml decode shape (1 query x 4096 keys)" \
-  --impl cpu_flash --batch 1 --heads 8 --seqlen-q 1 --seqlen-k 4096 --dim 128 --dtype f16 --iters 20
+  --impl cpu_flash --batch 1 --heads 8 --seqlen-q 1 --seqlen-k 4096 --dim 128 --dtype f16 --iters 300
 for mode in fwd bwd; do
   for causal in "" --causal; do
     run "B=1 H=16 S=4096 D=128 bf16 $mode ${causal:-full}" \

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <iterator>
+#include <memory>
 #include <vector>
 
 #include "cpu/flash/engines.h"
@@ -124,7 +125,8 @@ void attend_all(const AttnCall& c, const std::vector<AttnSeq>& seqs) {
   if (items.empty()) return;
   std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.cost > b.cost; });
 
-  std::vector<float> partials(size_t(parts * partial_floats));
+  // Not zeroed: attend_decode writes every row's (m, l, acc) of its partials.
+  const std::unique_ptr<float[]> partials(new float[size_t(parts * partial_floats)]);
   auto partial_at = [&](float* base) {
     return DecodePartial{base, Dp, base + round_up(kDecodeMaxRows * Dp, kLanes),
                          base + round_up(kDecodeMaxRows * Dp, kLanes) + kLanes};
@@ -148,7 +150,7 @@ void attend_all(const AttnCall& c, const std::vector<AttnSeq>& seqs) {
       continue;
     }
     DecodePartial out[kDecodeMaxHeads];
-    float* base = it.part < 0 ? scratch + decode_floats : partials.data() + it.part * partial_floats;
+    float* base = it.part < 0 ? scratch + decode_floats : partials.get() + it.part * partial_floats;
     for (int64_t h = 0; h < it.heads; ++h) out[h] = partial_at(base + h * partial_floats);
     attend_decode(c, &seqs[size_t(it.seq)], it.heads, it.k0, it.k1, out, scratch);
     if (it.part < 0) {
@@ -161,7 +163,7 @@ void attend_all(const AttnCall& c, const std::vector<AttnSeq>& seqs) {
     for (int64_t h = 0; h < sp.heads; ++h) {
       DecodePartial p[kDecodeMaxSplits];
       for (int64_t t = 0; t < sp.splits; ++t)
-        p[t] = partial_at(partials.data() + (sp.first_part + t * sp.heads + h) * partial_floats);
+        p[t] = partial_at(partials.get() + (sp.first_part + t * sp.heads + h) * partial_floats);
       finish_decode(c, seqs[size_t(sp.seq + h)], p, sp.splits, scratch);
     }
   }

@@ -25,11 +25,11 @@ constexpr int64_t kDecodeMaxRows = 8;
 // (seqlen, heads_k, head_dim) layouts their rows of one key are adjacent, so the pass reads K and V
 // sequentially instead of one head_dim-long row every heads_k * head_dim elements.
 constexpr int64_t kDecodeMaxHeads = 16;
-// Keys per online-softmax step of the decode path (two groups of 16): the horizontal max/sum, the
-// rescale and the accumulator's load and store happen once per block. Decode is bound by memory
-// bandwidth: 16 and 32 measured the same, 64 was 12% slower (each head's rows of a block then spread
-// over 128 KiB before the next head reads the bytes next to them).
-constexpr int64_t kDecodeBlock = 32;
+// Keys per online-softmax step of the decode path (attend_decode.cpp): the scores of a block, for every
+// head and row of the pass, are computed before its softmax and its P V, so that those two phases each
+// stream K or V front to back. 64 to 512 measured the same (the rescale of the accumulators and the
+// phase changes are rare either way); the block's scores take heads x rows x kDecodeBlock floats.
+constexpr int64_t kDecodeBlock = 256;
 // Keys per split of split-KV decode: enough work per split that the merge is negligible.
 constexpr int64_t kDecodeMinSplitKeys = 512;
 constexpr int64_t kDecodeMaxSplits = 64;
