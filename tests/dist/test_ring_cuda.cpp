@@ -6,7 +6,6 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <optional>
 
 #include "flashattn/api.h"
@@ -31,10 +30,6 @@ TEST_P(RingOfOneCuda, MatchesReference) {
 INSTANTIATE_TEST_SUITE_P(Cases, RingOfOneCuda, testing::ValuesIn(dist_params(flashattn::DeviceType::cuda)),
                          dist_param_name);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(RingOfOneCuda);
-
-bool bitwise_equal(const HostTensor& a, const HostTensor& b) {
-  return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
-}
 
 // With one rank and the contiguous layout the ring makes exactly the plain call (the backend dispatch
 // chooses), and merging a single partial is exact: out and lse are bit-identical. (The backward's dQ may

@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "flashattn/api.h"
 #include "flashattn/dist.h"
@@ -29,10 +28,6 @@ INSTANTIATE_TEST_SUITE_P(Cases, RingOfOne, testing::ValuesIn(dist_params()), dis
 TEST(RingOfOne, BackwardHasABackend) {
   if (dist_backends(true).empty())
     GTEST_SKIP() << "no CPU backend whose backward reads the given softmax_lse: ring backward cases not run";
-}
-
-bool bitwise_equal(const HostTensor& a, const HostTensor& b) {
-  return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
 }
 
 // With one rank and the contiguous layout the ring makes exactly the plain call, and merging a single

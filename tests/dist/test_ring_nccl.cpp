@@ -57,10 +57,6 @@ TEST_P(RingNccl, MatchesReference) {
 INSTANTIATE_TEST_SUITE_P(Cases, RingNccl, testing::ValuesIn(dist_params(flashattn::DeviceType::cuda)), dist_param_name);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(RingNccl);
 
-bool same_bytes(const HostTensor& a, const HostTensor& b) {
-  return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
-}
-
 TEST(NcclCommunicator, WorldOfOneShiftsAndGathersToItself) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible";
   dist::NcclCommunicator& comm = world_of_one();
@@ -79,8 +75,8 @@ TEST(NcclCommunicator, WorldOfOneShiftsAndGathersToItself) {
   comm.allgather(send.view().data, all.view().data, pattern.nbytes(), stream.get());
   comm.barrier();
   ASSERT_EQ(cudaStreamSynchronize(stream.get()), cudaSuccess);
-  EXPECT_TRUE(same_bytes(recv.download(), pattern));
-  EXPECT_TRUE(same_bytes(all.download(), pattern));
+  EXPECT_TRUE(bitwise_equal(recv.download(), pattern));
+  EXPECT_TRUE(bitwise_equal(all.download(), pattern));
 }
 
 TEST(NcclCommunicator, WrapsAnExistingCommunicator) {

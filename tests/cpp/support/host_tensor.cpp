@@ -182,6 +182,10 @@ HostTensor DeviceTensor::download() const {
   return out;
 }
 
+bool bitwise_equal(const HostTensor& a, const HostTensor& b) {
+  return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
+}
+
 bool cuda_available() { return flashattn::built_with_cuda() && flashattn::cuda_device_count() > 0; }
 
 void device_synchronize(Device device) {

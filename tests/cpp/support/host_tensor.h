@@ -49,6 +49,9 @@ class HostTensor {
   std::vector<uint8_t> bytes_;
 };
 
+// Same size and the same bytes: for results that must be bit-identical.
+bool bitwise_equal(const HostTensor& a, const HostTensor& b);
+
 HostTensor i32_tensor(const std::vector<int32_t>& values);
 HostTensor i32_tensor(const std::vector<int32_t>& values, std::vector<int64_t> shape);
 
