@@ -17,6 +17,7 @@
 #include "cuda/common/elem.cuh"
 #include "cuda/common/launch.h"
 #include "dist/device_ops.h"
+#include "dist/lse_merge.h"
 #include "flashattn/error.h"
 
 namespace flashattn::dist::detail {
@@ -137,18 +138,15 @@ __global__ void merge_kernel(RowArgs a) {
     if (!(lp < INFINITY)) continue;  // +inf: the row saw no key of this block (warp-uniform branch)
     float* la_at = a.acc_lse + at(a.acc_lse_s, b, i, h);
     const float la = *la_at;
-    // log(exp(la) + exp(lp)) computed around the larger of the two so nothing overflows.
-    const float hi = la > lp ? la : lp, lo = la > lp ? lp : la;
-    const float merged = hi + log1pf(expf(lo - hi));
-    const float wa = expf(la - merged), wp = expf(lp - merged);
+    const LseMerge m = lse_merge(la, lp);
     // While la = -inf the accumulator holds nothing yet (not even a defined value): overwrite it.
     const bool first = la == -INFINITY;
     float* acc = a.acc + at(a.acc_s, b, i, h);
     const T* part = static_cast<const T*>(a.other) + at(a.other_s, b, i, h);
     for (int64_t d = lane_id(); d < a.dim; d += kWarpSize)
-      acc[d] = (first ? 0.0f : wa * acc[d]) + wp * to_float(part[d]);
+      acc[d] = (first ? 0.0f : m.w_acc * acc[d]) + m.w_part * to_float(part[d]);
     __syncwarp();  // every lane has read la before it changes
-    if (lane_id() == 0) *la_at = merged;
+    if (lane_id() == 0) *la_at = m.lse;
   }
 }
 

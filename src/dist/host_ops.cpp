@@ -8,6 +8,7 @@
 
 #include "cpu/common/elem.h"
 #include "dist/device_ops.h"
+#include "dist/lse_merge.h"
 #include "flashattn/error.h"
 
 namespace flashattn::dist::detail {
@@ -89,17 +90,14 @@ class HostOps final : public DeviceOps {
           const float lp = part_l[b * part_lse.stride[0] + h * part_lse.stride[1] + i * part_lse.stride[2]];
           if (!(lp < kInf)) continue;  // +inf: the row saw no key of this block (NaN would be a backend bug)
           float& la = acc_l[b * acc_lse.stride[0] + h * acc_lse.stride[1] + i * acc_lse.stride[2]];
-          // log(exp(la) + exp(lp)) computed around the larger of the two so nothing overflows.
-          const float hi = la > lp ? la : lp, lo = la > lp ? lp : la;
-          const float merged = hi + std::log1p(std::exp(lo - hi));
-          const float wa = std::exp(la - merged), wp = std::exp(lp - merged);
+          const LseMerge m = lse_merge(la, lp);
           float* a = acc + b * acc_out.stride[0] + i * acc_out.stride[1] + h * acc_out.stride[2];
           const int64_t p = b * part_out.stride[0] + i * part_out.stride[1] + h * part_out.stride[2];
           // While la = -inf the accumulator holds nothing yet (not even a defined value): overwrite it.
           const bool first = la == -kInf;
           for (int64_t d = 0; d < dim; ++d)
-            a[d] = (first ? 0.0f : wa * a[d]) + wp * load_float(part_out.data, p + d, part_out.dtype);
-          la = merged;
+            a[d] = (first ? 0.0f : m.w_acc * a[d]) + m.w_part * load_float(part_out.data, p + d, part_out.dtype);
+          la = m.lse;
         }
       }
     }
