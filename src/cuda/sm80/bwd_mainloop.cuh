@@ -18,9 +18,9 @@
 
 namespace flashattn::detail::cuda::sm80 {
 
-// One pass accumulates dK and dV; the fallback's head dims (224, 256) run the kernel twice, once per
-// accumulator (kernel_traits.h, bwd_rows_tile).
-enum class BwdPass { both, dv_only, dk_only };
+// The fallback's head dims (224, 256) need more registers than dK + dV together leave, so the kernel runs
+// twice, once per accumulator (kernel_traits.h, bwd_rows_tile).
+enum class BwdPass { dv_only, dk_only };
 
 template <typename T, int kHeadDim, BwdPass kPass>
 struct BwdMainloop {
@@ -28,8 +28,8 @@ struct BwdMainloop {
   static constexpr int kBlockN = kTile.block_n;  // keys of the CTA
   static constexpr int kBlockM = kTile.block_m;  // queries per step
   static constexpr int kThreads = kTile.threads();
-  static constexpr bool kDoDV = kPass != BwdPass::dk_only;
-  static constexpr bool kDoDK = kPass != BwdPass::dv_only;
+  static constexpr bool kDoDV = kPass == BwdPass::dv_only;
+  static constexpr bool kDoDK = kPass == BwdPass::dk_only;
   static constexpr int kQFrags = kBlockM / 8;    // n8 fragments of a row of S^T (queries)
   static constexpr int kDFrags = kHeadDim / 8;   // n8 fragments of a row of dK / dV
   static constexpr int kDSteps = kHeadDim / 16;  // k16 steps of S^T, dP^T (over the head dim)
