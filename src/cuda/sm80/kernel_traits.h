@@ -91,13 +91,12 @@ inline constexpr int64_t kSm90SmemBytes = 227 * 1024;
 // computes S^T = K Q^T and dP^T = V dO^T for them, so P^T and dS^T come out of the MMA already in the
 // A-operand layout of dV += P^T dO and dK += dS^T Q and never touch shared memory; dK and dV stay in
 // its registers for the whole loop; only dS^T goes through shared memory, for dQ. dK + dV alone would
-// need 224-256 registers, so the kernel runs twice (two_pass): once accumulating dV only, once dK (and
+// need 224-256 registers, so the kernel runs twice: once accumulating dV only, once dK (and
 // dQ) only; 64 keys (4 warps) x 32 queries.
 struct BwdTile {
   int head_dim;
   int block_n, block_m;
   int warps;
-  bool two_pass;
   bool tiled = false;
   int sdp_warps_m = 1;  // tiled: warps along the queries of S and dP (the others along the keys)
   int dkv_warps_n = 1;  // tiled: warps along the keys of dK and dV (the others along the head dim)
@@ -140,17 +139,17 @@ struct BwdTile {
 
 // The tiled configuration of every bucket (the backward's first choice).
 constexpr BwdTile bwd_tile(int bucket) {
-  if (bucket <= 64) return BwdTile{bucket, 128, 128, 8, false, true, 2, 4, 4};
-  if (bucket <= 96) return BwdTile{bucket, 128, 64, 8, false, true, 2, 4, 4};
-  if (bucket <= 128) return BwdTile{bucket, 128, 64, 8, false, true, 2, 4, 2};
-  if (bucket == 160 || bucket == 224) return BwdTile{bucket, 64, 64, 8, false, true, 4, 4, 4};
-  return BwdTile{bucket, 64, 64, 8, false, true, 4, 2, 2};
+  if (bucket <= 64) return BwdTile{bucket, 128, 128, 8, true, 2, 4, 4};
+  if (bucket <= 96) return BwdTile{bucket, 128, 64, 8, true, 2, 4, 4};
+  if (bucket <= 128) return BwdTile{bucket, 128, 64, 8, true, 2, 4, 2};
+  if (bucket == 160 || bucket == 224) return BwdTile{bucket, 64, 64, 8, true, 4, 4, 4};
+  return BwdTile{bucket, 64, 64, 8, true, 4, 2, 2};
 }
 
 // Buckets whose tiled kernel needs more shared memory than sm_80 gives; they also compile the
 // keys-as-rows kernel (bwd_rows_tile).
 constexpr bool has_rows_fallback(int bucket) { return bwd_tile(bucket).smem_bytes() > kSm80SmemBytes; }
-constexpr BwdTile bwd_rows_tile(int bucket) { return BwdTile{bucket, 64, 32, 4, true}; }
+constexpr BwdTile bwd_rows_tile(int bucket) { return BwdTile{bucket, 64, 32, 4}; }
 
 // The configuration the backward runs on a device whose CTAs may opt into `smem_optin` bytes.
 constexpr BwdTile bwd_tile_for(int bucket, int64_t smem_optin) {
@@ -189,7 +188,7 @@ constexpr bool valid_tiled(BwdTile t) {
     return warps_rows > 0 && t.warps % warps_rows == 0 && rows % (16 * warps_rows) == 0 &&
            cols % (16 * (t.warps / warps_rows)) == 0;
   };
-  return !t.two_pass && tiles(t.block_m, t.block_n, t.sdp_warps_m) && tiles(t.block_n, t.head_dim, t.dkv_warps_n) &&
+  return tiles(t.block_m, t.block_n, t.sdp_warps_m) && tiles(t.block_n, t.head_dim, t.dkv_warps_n) &&
          tiles(t.block_m, t.head_dim, t.dq_warps_m) && 2 * t.block_m <= t.threads();
 }
 // The tiled kernel may need sm_90's shared memory (has_rows_fallback); keys as rows fits sm_80.
