@@ -17,7 +17,12 @@
 #
 # Usage: scripts/gpu-check.sh [--build] [--tests FILTER] [--only STEPS] [--limits "tests=110 compare=100 ..."]
 #                             [--compare-args "ARGS"] [--decode-args "ARGS"] [--sweep-args "ARGS"]
-#                             [--sanitizer-tests FILTER]
+#                             [--sanitizer-tests FILTER] [--sanitizer-shards N]
+#
+# --sanitizer-shards N runs the four compute-sanitizer tools at once, each over N gtest shards of the
+# filter (4N processes sharing the GPU, one OpenMP thread each; each gets the whole sanitizer limit): the tools' cost is mostly
+# host-side, so a whole backend's catalogue fits in one device call this way. Each process logs to
+# $OUT/sanitizer-TOOL-SHARD.log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -29,6 +34,7 @@ do_build=0
 only="tests compare decode bench sanitizer python dist scale"
 test_filter='*cuda*:*Cuda*:*GpuSmoke*'
 sanitizer_filter='*GpuSmoke*'
+sanitizer_shards=1
 compare_args='--dtypes bf16 --dims 64,128 --modes fwd,fwdbwd'
 decode_args=''
 sweep_args='--dims 64,128 --seqlens 512,2048,8192 --iters 5 --warmup 1'
@@ -44,6 +50,7 @@ while (($#)); do
     --decode-args) decode_args=$2; shift ;;
     --sweep-args) sweep_args=$2; shift ;;
     --sanitizer-tests) sanitizer_filter=$2; shift ;;
+    --sanitizer-shards) sanitizer_shards=$2; shift ;;
     *) echo "gpu-check: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -102,7 +109,25 @@ if wants bench; then
   step bench-sweep "$((limit[bench] - half))" "$BENCH" --device cuda --sweep --mode fwd $sweep_args \
     --json "$OUT/bench_sweep.json"
 fi
-if wants sanitizer; then
+if wants sanitizer && ((sanitizer_shards > 1)); then
+  echo "=== sanitizer: 4 tools x $sanitizer_shards shards in parallel (limit ${limit[sanitizer]}s each)" >>"$STEPS"
+  declare -A sanitizer_pid
+  for tool in memcheck racecheck synccheck initcheck; do
+    for ((shard = 0; shard < sanitizer_shards; shard++)); do
+      OMP_NUM_THREADS=1 GTEST_TOTAL_SHARDS=$sanitizer_shards GTEST_SHARD_INDEX=$shard timeout "${limit[sanitizer]}" \
+        compute-sanitizer --tool "$tool" --error-exitcode 99 "$TESTS" --gtest_filter="$sanitizer_filter" \
+        --gtest_brief=1 >"$OUT/sanitizer-$tool-$shard.log" 2>&1 &
+      sanitizer_pid[$tool-$shard]=$!
+    done
+  done
+  for key in "${!sanitizer_pid[@]}"; do
+    wait "${sanitizer_pid[$key]}"
+    rc=$?
+    summary=$(grep -E '^\[  (PASSED|FAILED)|ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer-$key.log" | tr '\n' ' ')
+    echo "=== sanitizer-$key: rc=$rc; $summary" >>"$STEPS"
+    ((rc == 0)) || failures+=("sanitizer-$key")
+  done
+elif wants sanitizer; then
   quarter=$((limit[sanitizer] / 4))
   for tool in memcheck racecheck synccheck initcheck; do
     step "sanitizer-$tool" "$quarter" compute-sanitizer --tool "$tool" --error-exitcode 99 \
