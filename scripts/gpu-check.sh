@@ -22,7 +22,8 @@
 # --sanitizer-shards N runs the four compute-sanitizer tools at once, each over N gtest shards of the
 # filter (4N processes sharing the GPU, one OpenMP thread each; each gets the whole sanitizer limit): the tools' cost is mostly
 # host-side, so a whole backend's catalogue fits in one device call this way. Each process logs to
-# $OUT/sanitizer-TOOL-SHARD.log.
+# sanitizer-TOOL-SHARD.log, all packed into $OUT/sanitizer-logs.tgz (the device tool returns at most 8
+# files from $OUT).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -111,22 +112,25 @@ if wants bench; then
 fi
 if wants sanitizer && ((sanitizer_shards > 1)); then
   echo "=== sanitizer: 4 tools x $sanitizer_shards shards in parallel (limit ${limit[sanitizer]}s each)" >>"$STEPS"
+  sanitizer_logs=$OUT/sanitizer-logs
+  mkdir -p "$sanitizer_logs"
   declare -A sanitizer_pid
   for tool in memcheck racecheck synccheck initcheck; do
     for ((shard = 0; shard < sanitizer_shards; shard++)); do
       OMP_NUM_THREADS=1 GTEST_TOTAL_SHARDS=$sanitizer_shards GTEST_SHARD_INDEX=$shard timeout "${limit[sanitizer]}" \
         compute-sanitizer --tool "$tool" --error-exitcode 99 "$TESTS" --gtest_filter="$sanitizer_filter" \
-        --gtest_brief=1 >"$OUT/sanitizer-$tool-$shard.log" 2>&1 &
+        --gtest_brief=1 >"$sanitizer_logs/sanitizer-$tool-$shard.log" 2>&1 &
       sanitizer_pid[$tool-$shard]=$!
     done
   done
   for key in "${!sanitizer_pid[@]}"; do
     wait "${sanitizer_pid[$key]}"
     rc=$?
-    summary=$(grep -E '^\[  (PASSED|FAILED)|ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer-$key.log" | tr '\n' ' ')
+    summary=$(grep -E '^\[  (PASSED|FAILED)|ERROR SUMMARY|RACECHECK SUMMARY' "$sanitizer_logs/sanitizer-$key.log" | tr '\n' ' ')
     echo "=== sanitizer-$key: rc=$rc; $summary" >>"$STEPS"
     ((rc == 0)) || failures+=("sanitizer-$key")
   done
+  tar -czf "$OUT/sanitizer-logs.tgz" -C "$OUT" sanitizer-logs && rm -rf "$sanitizer_logs"
 elif wants sanitizer; then
   quarter=$((limit[sanitizer] / 4))
   for tool in memcheck racecheck synccheck initcheck; do
