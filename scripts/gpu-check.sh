@@ -20,10 +20,10 @@
 #                             [--sanitizer-tests FILTER] [--sanitizer-shards N]
 #
 # --sanitizer-shards N runs the four compute-sanitizer tools at once, each over N gtest shards of the
-# filter (4N processes sharing the GPU, one OpenMP thread each; each gets the whole sanitizer limit): the tools' cost is mostly
-# host-side, so a whole backend's catalogue fits in one device call this way. Each process logs to
-# sanitizer-TOOL-SHARD.log, all packed into $OUT/sanitizer-logs.tgz (the device tool returns at most 8
-# files from $OUT).
+# filter (4N processes sharing the GPU, one OpenMP thread each, each with the whole sanitizer limit):
+# the tools' cost is mostly host-side, so a whole backend's catalogue fits in one device call this way.
+# Each process logs to sanitizer-TOOL-SHARD.log, all packed into $OUT/sanitizer-logs.tgz (the device
+# tool returns at most 8 files from $OUT).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
