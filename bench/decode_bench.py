@@ -4,7 +4,9 @@ Measures, per configuration (head dim, query/kv heads, batch, context, query tok
 median time of each implementation on the same K/V data and reports the K+V bytes read per second, the
 fraction of a read-only ceiling measured in the same process (the larger of a torch.sum reduction and a
 custom 16-byte-load read kernel through cupy, when cupy is present), and the ratios against cuDNN and
-flash. L2 is flushed before every timed call. Peers run non-causal on the contiguous cache (SDPA's
+flash. With cupy it also times, per configuration, a read-only kernel over the same K and V (the floor of
+any kernel reading those bytes, launch included: it matters at batch 1 where the bytes take a few us)
+and a one-element fill (the launch-and-event floor of the method). L2 is flushed before every timed call. Peers run non-causal on the contiguous cache (SDPA's
 is_causal is top-left aligned, not the bottom-right of decoding); cuda_decode runs non-causal too unless
 --causal. Paged configurations time cuda_decode on a shuffled page table holding the same keys as the
 contiguous cache; the peers' figures are those of the contiguous layout.
@@ -160,6 +162,53 @@ def read_ceilings(torch, timer):
     return out
 
 
+READ2_KERNEL = r"""
+extern "C" __global__ void read_two(const uint4* __restrict__ a, const uint4* __restrict__ b, unsigned long long n,
+                                    unsigned* sink) {
+  unsigned acc = 0;
+  const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+  for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const uint4 x = a[i], y = b[i];  // two independent 16-byte loads in flight per step
+    acc ^= x.x ^ x.y ^ x.z ^ x.w ^ y.x ^ y.y ^ y.z ^ y.w;
+  }
+  if (acc == 0x9e3779b9u) sink[0] = acc;  // keeps the loads alive
+}
+"""
+
+
+class ReadFloor:
+    """Per configuration, the time of a read-only kernel over the configuration's own K and V (the same
+    bytes, L2 flushed, graph or not as the implementations): what any decode kernel of that size costs at
+    least, launch included. Also the time of a one-element torch fill: the launch-and-event floor of the
+    timing method itself. Needs cupy; without it the floor columns stay empty."""
+
+    def __init__(self, torch):
+        self.torch = torch
+        self.kernel = None
+        try:
+            import cupy
+
+            self.cupy = cupy
+            self.kernel = cupy.RawKernel(READ2_KERNEL, "read_two")
+            self.sink = cupy.zeros(1, dtype=cupy.uint32)
+            self.sms = torch.cuda.get_device_properties(0).multi_processor_count
+        except Exception as e:
+            self.error = repr(e)[:200]
+
+    def read_fn(self, k, v):
+        torch, cupy = self.torch, self.cupy
+        kc = cupy.asarray(k.view(torch.int16))  # the same memory (cupy has no bfloat16)
+        vc = cupy.asarray(v.view(torch.int16))
+        n16 = cupy.uint64(k.numel() * 2 // 16)
+
+        def run():
+            # The stream current at call time: the graph capture runs on its own stream.
+            with cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
+                self.kernel((self.sms * 8,), (512,), (kc, vc, n16, self.sink))
+
+        return run
+
+
 def graphed(torch, fn):
     """fn captured in a CUDA graph (after warm-up calls on a side stream, as torch requires); returns
     the graph's replay."""
@@ -177,7 +226,7 @@ def graphed(torch, fn):
 
 # ------------------------------------------------------------------------------------------ one config
 
-def run_config(torch, F, flashattn, timer, cfg, args, peers_cache):
+def run_config(torch, F, flashattn, timer, floor, cfg, args, peers_cache):
     d, h, hk, b, s, sq, page = cfg
     dt = torch.bfloat16
     row = {"head_dim": d, "heads": h, "heads_k": hk, "batch": b, "context": s, "seqlen_q": sq,
@@ -214,6 +263,13 @@ def run_config(torch, F, flashattn, timer, cfg, args, peers_cache):
     ms = timer(graphed(torch, call) if args.graph else call, args.rep_ms)
     row["cuda_decode_ms"] = ms
     row["cuda_decode_tbps"] = row["kv_bytes"] / ms / 1e9
+    if floor.kernel is not None:
+        try:
+            read = floor.read_fn(k, v)
+            row["read_floor_ms"] = timer(graphed(torch, read) if args.graph else read, args.rep_ms)
+            row["x_vs_floor"] = row["read_floor_ms"] / ms
+        except Exception as e:
+            row["read_floor_error"] = repr(e)[:200]
 
     # Peers on the contiguous layout through (B, H, S, D) views (no copies); their figures are shared by
     # the paged variants of a configuration.
@@ -265,18 +321,22 @@ def fmt(x, spec):
 
 
 def print_table(rows, ceiling):
-    print(f"\nK+V read bandwidth (TB/s); ceiling {ceiling:.2f} TB/s; x = cuda_decode / peer")
+    print(f"\nK+V read bandwidth (TB/s); ceiling {ceiling:.2f} TB/s; x = cuda_decode / peer; floor us = a read-only "
+          "kernel over the same K and V, x floor = floor time / ours")
     print(f"{'D':>4} {'H/Hk':>6} {'B':>4} {'ctx':>7} {'Sq':>3} {'page':>5} | {'ours':>5} {'%ceil':>6} "
-          f"{'cudnn':>6} {'flash':>6} {'x cudnn':>7} {'x flash':>7} | {'us':>8} {'maxdiff':>8}")
+          f"{'cudnn':>6} {'flash':>6} {'x cudnn':>7} {'x flash':>7} | {'us':>8} {'floor us':>8} {'x floor':>7} "
+          f"{'maxdiff':>8}")
     for r in rows:
         if "skipped" in r:
             continue
         pg = str(r["page_size"]) if r["page_size"] else "contig"
+        floor_us = fmt(1e3 * r["read_floor_ms"], "8.1f") if "read_floor_ms" in r else "-"
         print(f"{r['head_dim']:>4} {str(r['heads']) + '/' + str(r['heads_k']):>6} {r['batch']:>4} {r['context']:>7} "
               f"{r['seqlen_q']:>3} {pg:>5} | {r['cuda_decode_tbps']:5.2f} {100 * r['cuda_decode_tbps'] / ceiling:5.1f}% "
               f"{fmt(r.get('cudnn_tbps'), '6.2f'):>6} {fmt(r.get('flash_tbps'), '6.2f'):>6} "
               f"{fmt(r.get('x_vs_cudnn'), '7.2f'):>7} {fmt(r.get('x_vs_flash'), '7.2f'):>7} | "
-              f"{1e3 * r['cuda_decode_ms']:8.1f} {fmt(r.get('max_abs_diff'), '8.1e'):>8}")
+              f"{1e3 * r['cuda_decode_ms']:8.1f} {floor_us:>8} {fmt(r.get('x_vs_floor'), '7.2f'):>7} "
+              f"{fmt(r.get('max_abs_diff'), '8.1e'):>8}")
 
 
 def main(argv=None):
@@ -292,6 +352,12 @@ def main(argv=None):
     timer = Timer(torch)
     result = {"machine": machine_info(torch), "args": vars(args), "ceilings": read_ceilings(torch, timer), "rows": []}
     ceiling = result["ceilings"]["ceiling_tbps"]
+    floor = ReadFloor(torch)
+    if floor.kernel is not None:
+        tiny = torch.zeros(1, device="cuda")
+        fill = lambda: tiny.fill_(1.0)
+        result["ceilings"]["launch_floor_us"] = 1e3 * timer(graphed(torch, fill) if args.graph else fill, 100)
+        print(f"launch floor (one-element fill, same timing): {result['ceilings']['launch_floor_us']:.1f} us", flush=True)
     print("ceilings:", json.dumps({k: (round(v, 3) if isinstance(v, float) else v)
                                    for k, v in result["ceilings"].items()}), flush=True)
     peers_cache = {}
@@ -301,7 +367,7 @@ def main(argv=None):
             result["rows"].append({"config": cfg, "skipped": f"K+V above --max-kv-gib {args.max_kv_gib}"})
             continue
         try:
-            row = run_config(torch, F, flashattn, timer, cfg, args, peers_cache)
+            row = run_config(torch, F, flashattn, timer, floor, cfg, args, peers_cache)
             row["fraction_of_ceiling"] = row["cuda_decode_tbps"] / ceiling
         except Exception as e:
             row = {"config": cfg, "skipped": "error: " + repr(e)[:300]}

@@ -5,8 +5,9 @@
 #   bench/decode_profile.sh [OUT_DIR]      # writes decode_profile.csv there (default $OUT or .)
 set -euo pipefail
 out=${1:-${OUT:-.}}
+mkdir -p "$out" && out=$(cd "$out" && pwd)
 cd "$(dirname "$0")/.."
-ncu --target-processes all --kernel-name regex:'decode|combine|append|rotary' --launch-count 24 --csv \
+ncu --clock-control none --target-processes all --kernel-name regex:'decode|combine|append|rotary' --launch-count 24 --csv \
   --metrics gpu__time_duration.sum,dram__bytes_read.sum,launch__grid_size,launch__block_size,sm__warps_active.avg.pct_of_peak_sustained_active \
   python3 bench/decode_bench.py --dims 128 --ratios 32/8 --batches 1 --contexts 4096 32768 --sq 1 --pages 0 \
   --no-peers --rep-ms 1 --out /tmp/decode_profile_bench.json >"$out/decode_profile.csv"

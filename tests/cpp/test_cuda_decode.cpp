@@ -235,6 +235,34 @@ KVConfig decode_config(int64_t heads, int64_t heads_k, int64_t head_dim, int64_t
   return c;
 }
 
+TEST(CudaDecodeHost, InKernelCombineRule) {
+  // (splits, packed rows, block rows, warps): at most one row per warp, never with one split
+  EXPECT_FALSE(dec::combine_in_kernel(1, 4, 16, 4));
+  EXPECT_TRUE(dec::combine_in_kernel(33, 4, 16, 4));  // decode, GQA 32/8
+  EXPECT_TRUE(dec::combine_in_kernel(33, 3, 16, 4));
+  EXPECT_FALSE(dec::combine_in_kernel(2, 8, 16, 4));   // decode, GQA 64/8: two turns, the combine kernel
+  EXPECT_FALSE(dec::combine_in_kernel(8, 32, 32, 4));  // 8 tokens x group 4 (narrow shape)
+  EXPECT_FALSE(dec::combine_in_kernel(8, 256, 128, 8));
+}
+
+// The last block of a row tile combines its splits in split order, whichever block arrives last: the
+// same bits on every call, on both combine paths (rows 4: in the attention kernel; rows 12: the
+// combine kernel).
+TEST(CudaDecode, SplitCombineIsRepeatable) {
+  FA_SKIP_WITHOUT_GPU("cuda_decode");
+  for (int64_t group : {4, 12}) {
+    KVConfig cfg = decode_config(8 * group, 8, 128, 1, 4096, {4000, 3999, 1});
+    cfg.num_splits = 33;
+    const KVInputs in = make_kv_inputs(cfg, 40 + uint64_t(group));
+    const KVOutputs first = run_kvcache(in, "cuda_decode", Device::cuda(0));
+    for (int rep = 0; rep < 5; ++rep) {
+      const KVOutputs again = run_kvcache(in, "cuda_decode", Device::cuda(0));
+      EXPECT_TRUE(bitwise_equal(again.out, first.out)) << "group " << group << " rep " << rep;
+      EXPECT_TRUE(bitwise_equal(again.lse, first.lse)) << "group " << group << " rep " << rep;
+    }
+  }
+}
+
 TEST(CudaDecode, SplitCountsAgreeWithReference) {
   FA_SKIP_WITHOUT_GPU("cuda_decode");
   KVConfig cfg = decode_config(32, 8, 128, 1, 4096, {4000, 1234});

@@ -40,18 +40,29 @@ struct CacheRows {
   FA_HD int32_t block_of(int pos) const { return table[page_index(pos)]; }
 
   // Element offsets of cache position pos in the K and V caches; `block` is block_of(pos) for a paged
-  // cache and ignored otherwise.
+  // cache and ignored otherwise. The tile loader adds the head offsets once per thread and the row
+  // parts below per row, so both go through the same arithmetic.
   FA_HD void offsets(int pos, int32_t block, int64_t* k_off, int64_t* v_off) const {
     if (paged()) {
       uint32_t index, in_page;
       page.divmod(uint32_t(pos), &index, &in_page);
-      *k_off = int64_t(block) * k_batch_stride + int64_t(in_page) * k_row_stride + k_head;
-      *v_off = int64_t(block) * v_batch_stride + int64_t(in_page) * v_row_stride + v_head;
+      *k_off = k_paged_row(block, in_page) + k_head;
+      *v_off = v_paged_row(block, in_page) + v_head;
     } else {
-      *k_off = k_seq + int64_t(pos) * k_row_stride + k_head;
-      *v_off = v_seq + int64_t(pos) * v_row_stride + v_head;
+      *k_off = k_contiguous_row(pos) + k_head;
+      *v_off = v_contiguous_row(pos) + v_head;
     }
   }
+
+  // The row parts of offsets(): row `in_page` of page `block`, or position pos of a contiguous cache.
+  FA_HD int64_t k_paged_row(int32_t block, uint32_t in_page) const {
+    return int64_t(block) * k_batch_stride + int64_t(in_page) * k_row_stride;
+  }
+  FA_HD int64_t v_paged_row(int32_t block, uint32_t in_page) const {
+    return int64_t(block) * v_batch_stride + int64_t(in_page) * v_row_stride;
+  }
+  FA_HD int64_t k_contiguous_row(int64_t pos) const { return k_seq + pos * k_row_stride; }
+  FA_HD int64_t v_contiguous_row(int64_t pos) const { return v_seq + pos * v_row_stride; }
 };
 
 FA_HD CacheRows make_cache_rows(const KVCacheProblem& p, const CacheSeq& s, int64_t b, int64_t hk,

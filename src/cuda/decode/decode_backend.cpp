@@ -4,7 +4,9 @@
 //   1. append + rotary (when k_new is given or rotary is on): new k/v into the cache, rotated q into a
 //      workspace;
 //   2. the split-KV attention with GQA packing (tensor cores);
-//   3. the combine of the splits (when more than one).
+//   3. the combine of the splits, when there is more than one and a block has more rows than its last
+//      block combines itself (decode_tile.h, combine_in_kernel); where it does, a memset of the arrival
+//      counters precedes 2 instead.
 // Grids depend only on shapes and the cache capacity; sequence lengths are read on the device.
 
 #include <cuda_runtime_api.h>
@@ -177,27 +179,32 @@ void run(const KVCacheProblem& p, Stream stream) {
   si.requested = p.num_splits;
   a.num_splits = choose_num_splits(si);
 
-  // Workspace: [rotated q][split LSEs][split outputs], each part 256-byte aligned.
+  const bool in_kernel = combine_in_kernel(a.num_splits, rows, ks.rows, ks.threads / 32);
+
+  // Workspace: [rotated q][arrival counters][split LSEs][split outputs], each part 256-byte aligned.
   const size_t q_rot_bytes = rotary ? round_up_256(size_t(p.batch * p.seqlen_q * p.heads * p.head_dim) * 2) : 0;
+  const size_t counter_bytes = in_kernel ? round_up_256(size_t(si.blocks) * sizeof(int)) : 0;
   const size_t part_rows = a.num_splits > 1 ? size_t(a.num_splits) * size_t(p.batch * p.heads_k * rows) : 0;
   const size_t lse_bytes = round_up_256(part_rows * sizeof(float));
   const size_t out_bytes = part_rows * size_t(p.head_dim) * sizeof(float);
-  Workspace ws(q_rot_bytes + lse_bytes + out_bytes, st);
+  Workspace ws(q_rot_bytes + counter_bytes + lse_bytes + out_bytes, st);
   unsigned char* base = ws.as<unsigned char>();
   if (reinterpret_cast<uintptr_t>(base) % 256 != 0)  // the 16-byte loads of q_rot and the partials rely on it
     throw Error(Status::internal, "flashattn: cuda_decode: workspace not 256-byte aligned");
   void* q_rot = rotary ? base : nullptr;
+  if (in_kernel) a.arrivals = reinterpret_cast<int*>(base + q_rot_bytes);
   if (part_rows > 0) {
-    a.part_lse = reinterpret_cast<float*>(base + q_rot_bytes);
-    a.part_out = reinterpret_cast<float*>(base + q_rot_bytes + lse_bytes);
+    a.part_lse = reinterpret_cast<float*>(base + q_rot_bytes + counter_bytes);
+    a.part_out = reinterpret_cast<float*>(base + q_rot_bytes + counter_bytes + lse_bytes);
   }
 
   launch_append_rotary(p, q_rot, st);  // a no-op without new tokens and rotary
   if (rows == 0) return;
   KVCacheProblem pa = p;
   if (rotary) pa.q = RowsView{q_rot, p.seqlen_q * p.heads * p.head_dim, p.heads * p.head_dim, p.head_dim};
+  if (in_kernel) FA_CUDA_CHECK(cudaMemsetAsync(a.arrivals, 0, counter_bytes, st));
   launch_attention(p.dtype, bucket, shape, pa, a, si.blocks * a.num_splits, st);
-  if (a.num_splits > 1) launch_combine(pa, a, st);
+  if (a.num_splits > 1 && !in_kernel) launch_combine(pa, a, st);
 }
 
 }  // namespace

@@ -52,11 +52,17 @@ __device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefe
 // read; the others (outside every row's window, or past the sequence, where a page table entry may be
 // garbage) are zero-filled.
 //
-// Thread t copies chunk t % kChunks of rows t / kChunks + pass * (kThreads / kChunks). For a paged
-// cache it first reads the block-table entries of all its rows (independent loads: one round trip per
-// tile; cache_rows.h says why they must come first), then issues the copies; and a few threads prefetch
-// the entries of the next tile into L1 so that its reads hit (a 128-byte line holds 32 entries: 8 tiles
-// of 64 keys at page size 16, half a tile at page size 1).
+// Thread t copies chunk c = t % kChunks of rows t / kChunks + pass * (kThreads / kChunks).
+//
+// A contiguous cache holds the rows of one (sequence, kv head) at a fixed stride: a pass adds a
+// constant to the source pointers. Computing each row's address from its position instead (64-bit
+// multiplies, the paged test) cost ~90 instructions per pass and made the loader ~70% of the kernel's
+// instructions (Nsight Compute, bench/NOTES.md decode v5).
+//
+// A paged cache first reads the block-table entries of all its rows (independent loads: one round trip
+// per tile; cache_rows.h says why they must come first), then issues the copies; and a few threads
+// prefetch the entries of the next tile into L1 so that its reads hit (a 128-byte line holds 32
+// entries: 8 tiles of 64 keys at page size 16, half a tile at page size 1).
 template <typename Tile, typename T>
 __device__ __forceinline__ void load_kv_tile(const KVCacheProblem& p, const CacheRows& rows, int leftpad, int tile,
                                              int kv_begin, int kv_end, T* k_smem, T* v_smem) {
@@ -66,15 +72,48 @@ __device__ __forceinline__ void load_kv_tile(const KVCacheProblem& p, const Cach
   const T* v = static_cast<const T*>(p.cache.v);
   const int c = threadIdx.x % Tile::kChunks;
   const bool chunk_valid = c < int(p.head_dim / 8);
-  const int first_key = tile * Tile::kBlockN + int(threadIdx.x) / Tile::kChunks;
+  const int row0 = int(threadIdx.x) / Tile::kChunks;
+  const int first_key = tile * Tile::kBlockN + row0;
+  const uint32_t k_base = ptx::smem_addr(k_smem), v_base = ptx::smem_addr(v_smem);
+  // Byte offset of this thread's chunk in pass `pass`'s row (a constant step where kRowsPerPass is a
+  // multiple of the swizzle period, 8).
+  auto dst = [&](int pass) {
+    return uint32_t(swizzled<Tile::kHeadDim>(row0 + pass * kRowsPerPass, c) * int(sizeof(T)));
+  };
+  // Every key of the tile visible: no per-row test (all tiles but the first and last of a range).
+  const bool interior = tile * Tile::kBlockN >= kv_begin && (tile + 1) * Tile::kBlockN <= kv_end;
 
+  if (!rows.paged()) {
+    const int64_t pos = int64_t(leftpad) + first_key;
+    const T* k_src = k + rows.k_head + 8 * c + rows.k_contiguous_row(pos);
+    const T* v_src = v + rows.v_head + 8 * c + rows.v_contiguous_row(pos);
+    const int64_t k_step = int64_t(kRowsPerPass) * rows.k_row_stride;
+    const int64_t v_step = int64_t(kRowsPerPass) * rows.v_row_stride;
+#pragma unroll
+    for (int pass = 0; pass < kPasses; ++pass) {
+      const int key = first_key + pass * kRowsPerPass;
+      // A zero-filling copy reads nothing; it still gets the cache's own base address as its source.
+      const bool valid = chunk_valid && (interior || (key >= kv_begin && key < kv_end));
+      ptx::cp_async_16(k_base + dst(pass), valid ? k_src : k, valid);
+      ptx::cp_async_16(v_base + dst(pass), valid ? v_src : v, valid);
+      k_src += k_step;
+      v_src += v_step;
+    }
+    return;
+  }
+
+  // Paged: each row's page entry and position in its page (one division per row), then the copies from
+  // per-thread base pointers (the head and chunk offsets added once, not per row).
   int32_t block[kPasses];
+  uint32_t in_page[kPasses];
 #pragma unroll
   for (int pass = 0; pass < kPasses; ++pass) {
     const int key = first_key + pass * kRowsPerPass;
-    block[pass] = rows.paged() && key >= kv_begin && key < kv_end ? rows.block_of(leftpad + key) : 0;
+    uint32_t index;
+    rows.page.divmod(uint32_t(leftpad + key), &index, &in_page[pass]);
+    block[pass] = key >= kv_begin && key < kv_end ? rows.table[index] : 0;
   }
-  if (rows.paged() && threadIdx.x < 3) {
+  if (threadIdx.x < 3) {
     // Entries of the next tile's first key, 32 entries (one line) later, and its last key, each clamped
     // to the visible keys: every line of the next tile's entries, and no entry past the sequence.
     const int next_first = (tile + 1) * Tile::kBlockN > kv_begin ? (tile + 1) * Tile::kBlockN : kv_begin;
@@ -86,19 +125,16 @@ __device__ __forceinline__ void load_kv_tile(const KVCacheProblem& p, const Cach
       prefetch_l1(rows.table + page);
     }
   }
-
+  const T* k_chunk = k + rows.k_head + 8 * c;
+  const T* v_chunk = v + rows.v_head + 8 * c;
 #pragma unroll
   for (int pass = 0; pass < kPasses; ++pass) {
-    const int r = int(threadIdx.x) / Tile::kChunks + pass * kRowsPerPass;
     const int key = first_key + pass * kRowsPerPass;
-    const bool row_valid = key >= kv_begin && key < kv_end;
-    int64_t k_off = 0, v_off = 0;
-    if (row_valid) rows.offsets(leftpad + key, block[pass], &k_off, &v_off);
-    // A zero-filling copy reads nothing; it still gets the cache's own base address as its source.
-    const bool valid = row_valid && chunk_valid;
-    const int dst = swizzled<Tile::kHeadDim>(r, c);
-    ptx::cp_async_16(ptx::smem_addr(k_smem + dst), valid ? k + k_off + 8 * c : k, valid);
-    ptx::cp_async_16(ptx::smem_addr(v_smem + dst), valid ? v + v_off + 8 * c : v, valid);
+    const bool valid = chunk_valid && (interior || (key >= kv_begin && key < kv_end));
+    const T* k_src = k_chunk + rows.k_paged_row(block[pass], in_page[pass]);
+    const T* v_src = v_chunk + rows.v_paged_row(block[pass], in_page[pass]);
+    ptx::cp_async_16(k_base + dst(pass), valid ? k_src : k, valid);
+    ptx::cp_async_16(v_base + dst(pass), valid ? v_src : v, valid);
   }
 }
 
