@@ -56,6 +56,8 @@ def parse_args(argv=None):
     p.add_argument("--sq", type=int, nargs="+", help="query tokens per call")
     p.add_argument("--pages", type=int, nargs="+", help="page sizes; 0 = contiguous cache")
     p.add_argument("--causal", action="store_true", help="run cuda_decode causal (bottom-right) for Sq > 1")
+    p.add_argument("--splits", type=int, default=0,
+                   help="num_splits passed to cuda_decode (0: its heuristic); to tune the heuristic")
     p.add_argument("--no-peers", action="store_true", help="time only cuda_decode")
     p.add_argument("--graph", action="store_true",
                    help="time every implementation as the replay of a CUDA graph of one call: the kernels "
@@ -247,9 +249,10 @@ def run_config(torch, F, flashattn, timer, floor, cfg, args, peers_cache):
         v_cache = v.view(nblocks, page, hk, d)[perm].contiguous()
         table = torch.argsort(perm).to(torch.int32).view(b, per_seq)
         call = lambda: flashattn.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=lens,
-                                                         block_table=table, causal=causal)
+                                                         block_table=table, causal=causal, num_splits=args.splits)
     else:
-        call = lambda: flashattn.flash_attn_with_kvcache(q, k, v, cache_seqlens=lens, causal=causal)
+        call = lambda: flashattn.flash_attn_with_kvcache(q, k, v, cache_seqlens=lens, causal=causal,
+                                                         num_splits=args.splits)
 
     try:
         chosen = [x["name"] for x in flashattn.query_backends_kvcache(
