@@ -56,8 +56,8 @@ __device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefe
 //
 // A contiguous cache holds the rows of one (sequence, kv head) at a fixed stride: a pass adds a
 // constant to the source pointers. Computing each row's address from its position instead (64-bit
-// multiplies, the paged test) cost ~90 instructions per pass and made the loader ~70% of the kernel's
-// instructions (Nsight Compute, bench/NOTES.md decode v5).
+// multiplies, the paged test) cost ~90 instructions per pass (SASS); without it the kernel issues half
+// the instructions at batch 64 x 32k (Nsight Compute, bench/NOTES.md decode v5).
 //
 // A paged cache first reads the block-table entries of all its rows (independent loads: one round trip
 // per tile; cache_rows.h says why they must come first), then issues the copies; and a few threads
