@@ -1,31 +1,41 @@
 #!/usr/bin/env bash
 # Nsight Compute profile of cuda_sm80's main kernels next to FlashAttention-2's (PyTorch SDPA's flash
 # backend) on the same problem, one launch each: speed of light, warp stall reasons, scheduler issue
-# rate, occupancy. For the "where do the cycles go" question of docs/kernels.md. Run on the GPU machine
-# after scripts/stage-gpu.sh (needs .gpu/bin.tgz and PyTorch).
-# Usage: OUT=dir bench/ncu_profile.sh   (writes $OUT/ncu_<name>.txt)
+# rate, occupancy, instruction mix. For the "where do the cycles go" question of docs/kernels.md. Runs on
+# the GPU machine after scripts/stage-gpu.sh (needs .gpu/bin.tgz and PyTorch).
+#
+# Usage: OUT=dir bench/ncu_profile.sh [MODE:DIM ...]     (default: bwd:64 fwd:128)
+#   MODE is fwd or bwd, DIM the head dim (bf16, not causal, FlashAttention's convention at S = 2048:
+#   H = 2048 / DIM, B = 8). Writes $OUT/ncu_{ours,fa2}_MODE_dDIM.txt; with NCU_SOURCE=1 also the whole
+#   section set and the per-SASS-instruction table (executed instructions, stall samples) as
+#   $OUT/ncu_*_source.csv.gz, to line up the two kernels' instruction mix and hot spots.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-ncu-out}
 mkdir -p "$OUT" .gpu/bin
 [ -x .gpu/bin/flashattn-bench ] || tar -xzf .gpu/bin.tgz -C .gpu/bin
-SECTIONS=(--section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy
-  --section LaunchStats --section ComputeWorkloadAnalysis)
+problems=("$@")
+((${#problems[@]})) || problems=(bwd:64 fwd:128)
+if [ "${NCU_SOURCE:-0}" = 1 ]; then
+  SECTIONS=(--set full --import-source no)
+else
+  SECTIONS=(--section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy
+    --section LaunchStats --section ComputeWorkloadAnalysis --section InstructionStats)
+fi
 
 profile() {  # NAME KERNEL_REGEX COMMAND...
   local name=$1 regex=$2
   shift 2
-  timeout 120 ncu --clock-control none "${SECTIONS[@]}" -k "regex:$regex" -c 1 "$@" >"$OUT/ncu_$name.txt" 2>&1
+  timeout 180 ncu --clock-control none "${SECTIONS[@]}" -k "regex:$regex" -c 1 -f -o "$OUT/$name" "$@" >"$OUT/ncu_$name.log" 2>&1
   echo "ncu_profile: $name rc=$?"
+  ncu -i "$OUT/$name.ncu-rep" --page details >"$OUT/ncu_$name.txt" 2>&1
+  if [ "${NCU_SOURCE:-0}" = 1 ]; then
+    ncu -i "$OUT/$name.ncu-rep" --page source --print-source sass --csv 2>&1 | gzip >"$OUT/ncu_${name}_source.csv.gz"
+  fi
+  rm -f "$OUT/$name.ncu-rep"
 }
 
-# FlashAttention's benchmark convention at S = 2048: H = 2048 / D, B = 16384 / S = 8.
-bench=(.gpu/bin/flashattn-bench --device cuda --impl cuda_sm80 --batch 8 --seqlen 2048 --dtype bf16 --no-check
-  --iters 1 --warmup 0)
-profile ours_bwd_d64 bwd_tiled_kernel "${bench[@]}" --mode bwd --heads 32 --dim 64
-profile ours_fwd_d128 fwd_kernel "${bench[@]}" --mode fwd --heads 16 --dim 128
-
-# The same problems through SDPA's flash backend (B, H, S, D layout), argv: head_dim, fwd|bwd.
+# The same problem through SDPA's flash backend (B, H, S, D layout), argv: head_dim, fwd|bwd.
 sdpa="$OUT/sdpa_flash_call.py"
 printf '%s\n' \
   'import sys, torch' \
@@ -37,5 +47,11 @@ printf '%s\n' \
   '    if mode == "bwd":' \
   '        out.backward(torch.randn_like(out))' \
   'torch.cuda.synchronize()' >"$sdpa"
-profile fa2_bwd_d64 flash_bwd_dq_dk_dv python3 "$sdpa" 64 bwd
-profile fa2_fwd_d128 flash_fwd_kernel python3 "$sdpa" 128 fwd
+
+for problem in "${problems[@]}"; do
+  mode=${problem%%:*} dim=${problem#*:}
+  if [ "$mode" = bwd ]; then ours=bwd_tiled_kernel fa2=flash_bwd_dq_dk_dv; else ours=fwd_kernel fa2=flash_fwd_kernel; fi
+  profile "ours_${mode}_d$dim" "$ours" .gpu/bin/flashattn-bench --device cuda --impl cuda_sm80 --batch 8 --seqlen 2048 \
+    --dtype bf16 --no-check --iters 1 --warmup 0 --mode "$mode" --heads $((2048 / dim)) --dim "$dim"
+  profile "fa2_${mode}_d$dim" "$fa2" python3 "$sdpa" "$dim" "$mode"
+done

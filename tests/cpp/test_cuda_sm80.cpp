@@ -10,6 +10,7 @@
 #include <cstring>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attention_case.h"
@@ -110,6 +111,7 @@ TEST(CudaSm80Layout, TileConfigurationsFitSm80) {
   for (int d : sm80::kHeadDimBuckets) {
     EXPECT_TRUE(sm80::valid(sm80::fwd_tile(d, true))) << d;
     EXPECT_TRUE(sm80::valid(sm80::fwd_tile(d, false))) << d;
+    EXPECT_TRUE(sm80::valid(sm80::fwd_tile(d, false, true))) << d;
     EXPECT_TRUE(sm80::valid(sm80::bwd_tile(d))) << d;
     EXPECT_TRUE(sm80::valid(sm80::dq_tile(d))) << d;
     // The tiled backward runs everywhere on sm_90; on sm_80 only where it fits, else keys as rows.
@@ -122,6 +124,30 @@ TEST(CudaSm80Layout, TileConfigurationsFitSm80) {
     EXPECT_EQ(sm80::head_dim_bucket(d - 8), d);
   }
   EXPECT_EQ(sm80::head_dim_bucket(8), 32);
+}
+
+// The paired forward tile: half the rows and warps of the wide one with the same warp tile, chosen only
+// for the feature-free kernel of D = 160 and 256 on sm_90+ devices that hold two of its CTAs per SM.
+TEST(CudaSm80Layout, PairedForwardTileRule) {
+  constexpr int64_t kSm90PerSm = 228 * 1024, kSm80PerSm = 164 * 1024;
+  for (int d : sm80::kHeadDimBuckets) {
+    const bool has = d == 160 || d == 256;
+    EXPECT_EQ(sm80::has_paired_fwd(d, false), has) << d;
+    EXPECT_FALSE(sm80::has_paired_fwd(d, true)) << d;
+    EXPECT_EQ(sm80::use_paired_fwd(d, false, 9, kSm90PerSm), has) << d;
+    EXPECT_FALSE(sm80::use_paired_fwd(d, true, 9, kSm90PerSm)) << d;
+    EXPECT_FALSE(sm80::use_paired_fwd(d, false, 8, kSm80PerSm)) << d;
+    EXPECT_FALSE(sm80::use_paired_fwd(d, false, 9, 2 * sm80::fwd_tile(d, false, true).smem_bytes())) << d;
+    if (!has) {
+      EXPECT_EQ(sm80::fwd_tile(d, false, true).block_m, sm80::fwd_tile(d, false).block_m) << d;
+      continue;
+    }
+    const sm80::FwdTile wide = sm80::fwd_tile(d, false), paired = sm80::fwd_tile(d, false, true);
+    EXPECT_EQ(paired.block_m * 2, wide.block_m) << d;
+    EXPECT_EQ(paired.warps * 2, wide.warps) << d;
+    EXPECT_EQ(paired.warp_rows(), wide.warp_rows()) << d;
+    EXPECT_EQ(paired.block_n, wide.block_n) << d;
+  }
 }
 
 // The tiled backward's warp grids (kernel_traits.h, BwdTile::*_origin): in each of its three phases the
@@ -309,8 +335,11 @@ TEST_P(CudaSm80Buckets, ForwardAtTileBoundaries) {
   FA_SKIP_WITHOUT_GPU("cuda_sm80");
   const int bucket = GetParam();
   uint64_t seed = 100;
-  for (bool general : {false, true}) {
-    const sm80::FwdTile tile = sm80::fwd_tile(bucket, general);
+  // The feature-free kernel runs the paired tile on devices that hold two (the H200): the boundaries of
+  // both shapes are probed, whichever the device picks.
+  for (const auto& [tile, general] :
+       {std::pair{sm80::fwd_tile(bucket, false), false}, std::pair{sm80::fwd_tile(bucket, false, true), false},
+        std::pair{sm80::fwd_tile(bucket, true), true}}) {
     for (int dm : {-1, 0, 1})
       for (int dn : {-1, 0, 1})
         for (bool causal : {false, true}) {

@@ -33,6 +33,7 @@ struct DeviceProps {
   std::string error;  // non-empty when the attributes could not be read
   int major = 0, minor = 0;
   int64_t smem_optin = 0;
+  int64_t smem_per_sm = 0;
 };
 
 const DeviceProps& device_props(int device) {
@@ -42,15 +43,17 @@ const DeviceProps& device_props(int device) {
   auto it = cache.find(device);
   if (it != cache.end()) return it->second;
   DeviceProps d;
-  int smem = 0;
+  int smem = 0, smem_sm = 0;
   cudaError_t err = cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, device);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&d.minor, cudaDevAttrComputeCapabilityMinor, device);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
   if (err != cudaSuccess) {
     cudaGetLastError();  // not sticky: clear it so the caller's next CUDA call does not see it
     d.error = std::string("cannot query cuda:") + std::to_string(device) + ": " + cudaGetErrorString(err);
   }
   d.smem_optin = smem;
+  d.smem_per_sm = smem_sm;
   return cache.emplace(device, d).first->second;
 }
 
@@ -105,8 +108,16 @@ std::string common_reason(const FwdProblem& p, int64_t smem) {
   return {};
 }
 
+// Whether the forward of `p` runs the paired tile on its device (kernel_traits.h).
+bool paired_fwd(const FwdProblem& p) {
+  const DeviceProps& d = device_props(p.device.index);
+  return cuda::sm80::use_paired_fwd(head_dim_bucket(p.head_dim), cuda::sm80::needs_general_fwd(p), d.major,
+                                    d.smem_per_sm);
+}
+
 std::string supports_fwd(const FwdProblem& p) {
-  const cuda::sm80::FwdTile tile = fwd_tile(head_dim_bucket(p.head_dim), cuda::sm80::needs_general_fwd(p));
+  const cuda::sm80::FwdTile tile =
+      fwd_tile(head_dim_bucket(p.head_dim), cuda::sm80::needs_general_fwd(p), paired_fwd(p));
   if (std::string r = common_reason(p, tile.smem_bytes()); !r.empty()) return r;
   return grid_reason(cuda::ceil_div(p.seqlen_q, tile.block_m) * p.heads * p.batch, "the forward");
 }
@@ -131,7 +142,7 @@ std::string supports_bwd(const BwdProblem& p) {
 
 void run_fwd(const FwdProblem& p, Stream stream) {
   cuda::DeviceGuard guard(p.device);
-  cuda::sm80::launch_fwd(p, static_cast<cudaStream_t>(stream));
+  cuda::sm80::launch_fwd(p, paired_fwd(p), static_cast<cudaStream_t>(stream));
 }
 
 void run_bwd(const BwdProblem& p, Stream stream) {

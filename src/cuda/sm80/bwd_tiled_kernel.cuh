@@ -19,6 +19,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "common/score.h"
 #include "cuda/common/check.h"
@@ -51,9 +52,9 @@ __device__ __forceinline__ void atomic_add2(float* dst, float a, float b) {
 // feature selects and Philox replay. Profiling (bench/results/2026-12-02-h200-ncu/) showed the backward
 // issuing twice FA2's instructions, most of them in this element-wise code.
 template <typename T, int kHeadDim, bool kGeneral>
-__global__ void __launch_bounds__(BwdTiled<T, kHeadDim>::kThreads, 1)
+__global__ void __launch_bounds__(BwdTiled<T, kHeadDim, kGeneral>::kThreads, 1)
     bwd_tiled_kernel(const __grid_constant__ BwdArgs args) {
-  using Main = BwdTiled<T, kHeadDim>;
+  using Main = BwdTiled<T, kHeadDim, kGeneral>;
   using QTile = typename Main::QTile;
   using KVTile = typename Main::KVTile;
   using STile = typename Main::STile;
@@ -100,7 +101,7 @@ __global__ void __launch_bounds__(BwdTiled<T, kHeadDim>::kThreads, 1)
   // A varlen sequence shorter than max_seqlen_k: the rows past its end belong to the next sequence.
   if (n0 >= sk_len) return;
   const int valid_keys = sk_len - n0 < kBlockN ? sk_len - n0 : kBlockN;
-  const int d_chunks = int(p.head_dim / 8);
+  const int head_dim = int(p.head_dim), d_chunks = head_dim / 8;
   const int group = args.s.group;
 
   const Range rows = rows_for_keys(mask(), n0, n0 + valid_keys - 1);
@@ -114,24 +115,29 @@ __global__ void __launch_bounds__(BwdTiled<T, kHeadDim>::kThreads, 1)
   load_rows_async<KVTile, kBlockN, kThreads>(sv, 0, static_cast<const T*>(p.v.ptr) + p.v.offset(b, k_row0, hk),
                                              p.v.row_stride, valid_keys, d_chunks, tid);
 
-  // Head and first query row of step i.
-  const auto step_head = [&](int i) { return hk * group + i / m_count; };
-  const auto step_m0 = [&](int i) { return (m_begin + i % m_count) * kBlockM; };
-  const auto issue_step = [&](int i, int buf) {
-    const int h = step_head(i), m0 = step_m0(i);
+  // Steps run head-major: step i is (head hk * group + i / m_count, query tile m_begin + i % m_count). The
+  // pair is advanced by counters (next_step) rather than divided out per step: the divisions and their
+  // 64-bit address products were a tenth of the kernel's instructions (bench/NOTES.md, version 6).
+  struct Step {
+    int h, m;  // query head, query tile index relative to m_begin
+  };
+  const auto next_step = [&](Step s) { return s.m + 1 < m_count ? Step{s.h, s.m + 1} : Step{s.h + 1, 0}; };
+  const auto issue_step = [&](Step s, int buf) {
+    const int m0 = (m_begin + s.m) * kBlockM;
     const int valid_q = sq_len - m0 < kBlockM ? sq_len - m0 : kBlockM;
     const int q_row = q_start + m0;
     load_rows_async<QTile, kBlockM, kThreads>(sq + buf * QTile::kElems, 0,
-                                              static_cast<const T*>(p.q.ptr) + p.q.offset(b, q_row, h), p.q.row_stride,
-                                              valid_q, d_chunks, tid);
+                                              static_cast<const T*>(p.q.ptr) + p.q.offset(b, q_row, s.h),
+                                              p.q.row_stride, valid_q, d_chunks, tid);
     load_rows_async<QTile, kBlockM, kThreads>(sdo + buf * QTile::kElems, 0,
-                                              static_cast<const T*>(p.dout.ptr) + p.dout.offset(b, q_row, h),
+                                              static_cast<const T*>(p.dout.ptr) + p.dout.offset(b, q_row, s.h),
                                               p.dout.row_stride, valid_q, d_chunks, tid);
-    load_floats_async<kBlockM>(slse + buf * kBlockM, p.lse.ptr + p.lse.offset(b, q_row, h), valid_q, tid);
-    load_floats_async<kBlockM>(sdsum + buf * kBlockM, args.dsum + h * p.total_q + global_q_row(p, b, seq(), m0),
+    load_floats_async<kBlockM>(slse + buf * kBlockM, p.lse.ptr + p.lse.offset(b, q_row, s.h), valid_q, tid);
+    load_floats_async<kBlockM>(sdsum + buf * kBlockM, args.dsum + s.h * p.total_q + global_q_row(p, b, seq(), m0),
                                valid_q, tid - kBlockM);
   };
-  if (steps > 0) issue_step(0, 0);
+  Step cur{hk * group, 0};
+  if (steps > 0) issue_step(cur, 0);
   ptx::cp_async_commit();
 
   float dv[kDkvMF][kDkvNF][4], dk[kDkvMF][kDkvNF][4];
@@ -149,11 +155,13 @@ __global__ void __launch_bounds__(BwdTiled<T, kHeadDim>::kThreads, 1)
     const int buf = step & 1;
     ptx::cp_async_wait<0>();
     __syncthreads();
+    const Step next = next_step(cur);
     if (step + 1 < steps) {
-      issue_step(step + 1, buf ^ 1);
+      issue_step(next, buf ^ 1);
       ptx::cp_async_commit();
     }
-    const int h = step_head(step), m0 = step_m0(step);
+    const int h = cur.h, m0 = (m_begin + cur.m) * kBlockM;
+    cur = next;
     const int valid_q = sq_len - m0 < kBlockM ? sq_len - m0 : kBlockM;
     const uint32_t sq_addr = ptx::smem_addr(sq + buf * QTile::kElems);
     const uint32_t sdo_addr = ptx::smem_addr(sdo + buf * QTile::kElems);
@@ -179,52 +187,69 @@ __global__ void __launch_bounds__(BwdTiled<T, kHeadDim>::kThreads, 1)
           for (int e = 0; e < 4; ++e) s[mf][f][e] = dp[mf][f][e] = 0.0f;
       Main::scores_and_dp(s, dp, sq_addr, sk_addr, sdo_addr, sv_addr, lanes, row0, sdp_n0);
 
+      // The element-wise step. The feature-free kernel instantiates it twice, so that tiles inside every
+      // row's visible range (most of them) run it without the per-element visibility compares and
+      // selects; the general kernel keeps one copy (the second made it spill: 0 -> 84 bytes at D = 64).
+      const auto softmax_grad = [&](auto masked) {
+        constexpr bool kMasked = decltype(masked)::value;
 #pragma unroll
-      for (int mf = 0; mf < kChunkMF; ++mf) {
-        float lse2[2], d_row[2];
-        RelRange vis[2];
-        int rel_diag[2];  // diagonal(query) - warp_key0: |i + sk - sq - j| < 2^31 (supports_bwd), an int
+        for (int mf = 0; mf < kChunkMF; ++mf) {
+          float lse2[2], d_row[2];
+          [[maybe_unused]] RelRange vis[2];
+          [[maybe_unused]] int
+              rel_diag[2];  // diagonal(query) - warp_key0: |i + sk - sq - j| < 2^31 (supports_bwd), an int
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int q_local = row0 + 16 * mf + g + 8 * half;
-          lse2[half] = lse[q_local] * kLog2e;
-          d_row[half] = dsum[q_local];
-          vis[half] = needs_mask ? visible_rel(mask(), m0 + q_local, warp_key0, Main::kSdpN) : RelRange{0, Main::kSdpN};
-          if constexpr (kGeneral) rel_diag[half] = int(mask().diagonal(m0 + q_local) - warp_key0);
-        }
-        if constexpr (!kGeneral) {
-          const float scale_log2 = args.s.scale_log2, scale = p.score.softmax_scale;
+          for (int half = 0; half < 2; ++half) {
+            const int q_local = row0 + 16 * mf + g + 8 * half;
+            lse2[half] = lse[q_local] * kLog2e;
+            d_row[half] = dsum[q_local];
+            if constexpr (kMasked)
+              vis[half] =
+                  needs_mask ? visible_rel(mask(), m0 + q_local, warp_key0, Main::kSdpN) : RelRange{0, Main::kSdpN};
+            if constexpr (kGeneral) rel_diag[half] = int(mask().diagonal(m0 + q_local) - warp_key0);
+          }
+          const auto hidden = [&](int half, int k) {
+            if constexpr (kMasked) return k < vis[half].begin || k >= vis[half].end;
+            return false;
+          };
+          if constexpr (!kGeneral) {
+            const float scale_log2 = args.s.scale_log2, scale = p.score.softmax_scale;
 #pragma unroll
-          for (int f = 0; f < kSdpNF; ++f)
+            for (int f = 0; f < kSdpNF; ++f)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int half = e >> 1, k = 8 * f + 2 * t + (e & 1);
-              float prob = ptx::exp2_approx(s[mf][f][e] * scale_log2 - lse2[half]);
-              if (k < vis[half].begin || k >= vis[half].end) prob = 0.0f;
-              s[mf][f][e] = prob;
-              dp[mf][f][e] = prob * (dp[mf][f][e] - d_row[half]) * scale;
-            }
-        } else {
+              for (int e = 0; e < 4; ++e) {
+                const int half = e >> 1, k = 8 * f + 2 * t + (e & 1);
+                float prob = ptx::exp2_approx(s[mf][f][e] * scale_log2 - lse2[half]);
+                if (hidden(half, k)) prob = 0.0f;
+                s[mf][f][e] = prob;
+                dp[mf][f][e] = prob * (dp[mf][f][e] - d_row[half]) * scale;
+              }
+          } else {
 #pragma unroll
-          for (int f = 0; f < kSdpNF; ++f) {
-            const uint32_t keep = args.s.dropout ? keep_bits_rowmajor(p.dropout, args.s.drop_threshold, b, h, p.heads,
-                                                                      m0 + row0 + 16 * mf, warp_key0 + 8 * f, lane)
-                                                 : 0u;
+            for (int f = 0; f < kSdpNF; ++f) {
+              const uint32_t keep = args.s.dropout ? keep_bits_rowmajor(p.dropout, args.s.drop_threshold, b, h, p.heads,
+                                                                        m0 + row0 + 16 * mf, warp_key0 + 8 * f, lane)
+                                                   : 0u;
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int half = e >> 1, k = 8 * f + 2 * t + (e & 1);
-              const float qk = s[mf][f][e];
-              float prob = ptx::exp2_approx(score.logit2(qk, rel_diag[half] - k) - lse2[half]);
-              if (k < vis[half].begin || k >= vis[half].end) prob = 0.0f;
-              const float z = args.s.dropout ? (kept_rowmajor(keep, e, lane) ? args.s.keep_scale : 0.0f) : 1.0f;
-              s[mf][f][e] = prob * z;
-              dp[mf][f][e] = prob * (dp[mf][f][e] * z - d_row[half]) * score.dlogit(qk);
+              for (int e = 0; e < 4; ++e) {
+                const int half = e >> 1, k = 8 * f + 2 * t + (e & 1);
+                const float qk = s[mf][f][e];
+                float prob = ptx::exp2_approx(score.logit2(qk, rel_diag[half] - k) - lse2[half]);
+                if (hidden(half, k)) prob = 0.0f;
+                const float z = args.s.dropout ? (kept_rowmajor(keep, e, lane) ? args.s.keep_scale : 0.0f) : 1.0f;
+                s[mf][f][e] = prob * z;
+                dp[mf][f][e] = prob * (dp[mf][f][e] * z - d_row[half]) * score.dlogit(qk);
+              }
             }
           }
+          store_acc<T, STile>(sp, s[mf], row0 + 16 * mf, sdp_n0, one, lane);
+          store_acc<T, STile>(sds, dp[mf], row0 + 16 * mf, sdp_n0, one, lane);
         }
-        store_acc<T, STile>(sp, s[mf], row0 + 16 * mf, sdp_n0, one, lane);
-        store_acc<T, STile>(sds, dp[mf], row0 + 16 * mf, sdp_n0, one, lane);
-      }
+      };
+      if (kGeneral || needs_mask)
+        softmax_grad(std::true_type{});
+      else
+        softmax_grad(std::false_type{});
     }
     __syncthreads();  // P Z and dS of every warp are in shared memory
 
@@ -238,6 +263,7 @@ __global__ void __launch_bounds__(BwdTiled<T, kHeadDim>::kThreads, 1)
     if (args.dq_accum != nullptr) {
       float* dq_base = args.dq_accum + (global_q_row(p, b, seq(), m0) * p.heads + h) * p.head_dim;
       const int64_t dq_row_stride = p.heads * p.head_dim;
+      const bool dq_full = valid_q == kBlockM && dq_d0 + Main::kDqD <= head_dim;
 #pragma unroll 1  // rolled, as phase 1
       for (int chunk = 0; chunk < kDqMF / kDqChunkMF; ++chunk) {
         const int row0 = dq_m0 + 16 * kDqChunkMF * chunk;
@@ -249,19 +275,27 @@ __global__ void __launch_bounds__(BwdTiled<T, kHeadDim>::kThreads, 1)
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[mf][f][e] = 0.0f;
         Main::queries_by_dims(acc, sds_addr, sk_addr, lanes, row0, dq_d0);
+        // Full tiles (every row a query, every column inside the head dim: all but a sequence's last
+        // tile and padded head dims) add without per-element bounds tests.
+        const auto add_dq = [&](auto guarded) {
+          constexpr bool kGuarded = decltype(guarded)::value;
 #pragma unroll
-        for (int mf = 0; mf < kDqChunkMF; ++mf)
+          for (int mf = 0; mf < kDqChunkMF; ++mf)
 #pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            const int row = row0 + 16 * mf + g + 8 * half;
-            if (row >= valid_q) continue;
+            for (int half = 0; half < 2; ++half) {
+              const int row = row0 + 16 * mf + g + 8 * half;
+              if (kGuarded && row >= valid_q) continue;
+              float* dst = dq_base + row * dq_row_stride + dq_d0 + 2 * t;
 #pragma unroll
-            for (int f = 0; f < kDqNF; ++f) {
-              const int col = dq_d0 + 8 * f + 2 * t;
-              if (col < p.head_dim)
-                atomic_add2(dq_base + row * dq_row_stride + col, acc[mf][f][2 * half], acc[mf][f][2 * half + 1]);
+              for (int f = 0; f < kDqNF; ++f)
+                if (!kGuarded || dq_d0 + 8 * f + 2 * t < head_dim)
+                  atomic_add2(dst + 8 * f, acc[mf][f][2 * half], acc[mf][f][2 * half + 1]);
             }
-          }
+        };
+        if (!kGeneral && dq_full)
+          add_dq(std::false_type{});
+        else
+          add_dq(std::true_type{});
       }
     }
   }
@@ -286,7 +320,8 @@ __global__ void __launch_bounds__(BwdTiled<T, kHeadDim>::kThreads, 1)
 // partition; called by run_bwd (bwd_kernel.cuh).
 template <typename T, int kHeadDim>
 void launch_bwd_tiled(const BwdArgs& args, cudaStream_t stream) {
-  using Main = BwdTiled<T, kHeadDim>;
+  using Main =
+      BwdTiled<T, kHeadDim, true>;  // the shapes that matter here (threads, shared memory) are the same in both
   const int64_t blocks = int64_t(args.num_n_blocks) * args.p.heads_k * args.p.batch;
   if (blocks == 0) return;
   auto kernel =

@@ -22,7 +22,7 @@
 
 namespace flashattn::detail::cuda::sm80 {
 
-template <typename T, int kHeadDim>
+template <typename T, int kHeadDim, bool kGeneral>
 struct BwdTiled {
   static constexpr BwdTile kTile = bwd_tile(kHeadDim);
   static_assert(kTile.tiled && valid(kTile), "bwd_tiled_kernel needs a valid tiled configuration");
@@ -36,10 +36,15 @@ struct BwdTiled {
   static constexpr int kDkvN = kTile.dkv_tile_rows(), kDkvD = kTile.dkv_tile_cols();
   static constexpr int kDqM = kTile.dq_tile_rows(), kDqD = kTile.dq_tile_cols();
   // Phases 1 and 3 work on this many 16-row fragments of their warp tile at a time (rolled loops over
-  // the groups): two where registers allow (each B fragment then feeds two MMAs), one at head dims above
-  // 64, where dK + dV take 80-128 registers and 32-row groups spill.
-  static constexpr int kSdpChunkMF = kHeadDim > 64 ? 1 : 2;
-  static constexpr int kDqChunkMF = kHeadDim > 64 ? 1 : 2;
+  // the groups): two where registers allow (each B fragment then feeds two MMAs, and the group's
+  // addressing and row statistics are paid once), else one. Up to D = 64 both instances take two; at
+  // D = 96-128, where dK + dV hold 96-128 registers, only the feature-free one: with the general
+  // instance's feature code two spill 264 bytes (sm_90a), while the feature-free one spilled 232 bytes
+  // with one and spills 8 with two (the compiler hoists less across the shorter rolled loop). Above 128
+  // every group is one fragment.
+  static constexpr bool kPairs = kHeadDim <= 64 || (!kGeneral && kHeadDim <= 128);
+  static constexpr int kSdpChunkMF = kPairs && (kSdpM / 16) % 2 == 0 ? 2 : 1;
+  static constexpr int kDqChunkMF = kPairs && (kDqM / 16) % 2 == 0 ? 2 : 1;
   static_assert((kSdpM / 16) % kSdpChunkMF == 0 && (kDqM / 16) % kDqChunkMF == 0, "whole groups of fragments");
 
   using KVTile = SmemTile<kBlockN, kHeadDim>;  // K, V, and the dK, dV staging of the epilogue

@@ -5,7 +5,7 @@
 
 #if defined(FLASHATTN_HDIM_192)
 namespace flashattn::detail::cuda::sm80 {
-template void run_fwd<__half, 192>(FwdArgs, cudaStream_t);
-template void run_fwd<__nv_bfloat16, 192>(FwdArgs, cudaStream_t);
+template void run_fwd<__half, 192>(FwdArgs, bool, cudaStream_t);
+template void run_fwd<__nv_bfloat16, 192>(FwdArgs, bool, cudaStream_t);
 }  // namespace flashattn::detail::cuda::sm80
 #endif

@@ -5,7 +5,7 @@
 
 #if defined(FLASHATTN_HDIM_32)
 namespace flashattn::detail::cuda::sm80 {
-template void run_fwd<__half, 32>(FwdArgs, cudaStream_t);
-template void run_fwd<__nv_bfloat16, 32>(FwdArgs, cudaStream_t);
+template void run_fwd<__half, 32>(FwdArgs, bool, cudaStream_t);
+template void run_fwd<__nv_bfloat16, 32>(FwdArgs, bool, cudaStream_t);
 }  // namespace flashattn::detail::cuda::sm80
 #endif

@@ -39,10 +39,10 @@
 
 namespace flashattn::detail::cuda::sm80 {
 
-template <typename T, int kHeadDim, bool kGeneral>
-__global__ void __launch_bounds__(FwdMainloop<T, kHeadDim, kGeneral>::kThreads, 1)
+template <typename T, int kHeadDim, bool kGeneral, bool kPaired>
+__global__ void __launch_bounds__(FwdMainloop<T, kHeadDim, kGeneral, kPaired>::kThreads, kPaired ? 2 : 1)
     fwd_kernel(const __grid_constant__ FwdArgs args) {
-  using Main = FwdMainloop<T, kHeadDim, kGeneral>;
+  using Main = FwdMainloop<T, kHeadDim, kGeneral, kPaired>;
   constexpr int kBlockM = Main::kBlockM, kBlockN = Main::kBlockN, kMFrags = Main::kMFrags;
   constexpr int kNFrags = Main::kNFrags, kDFrags = Main::kDFrags;
 
@@ -169,25 +169,32 @@ __global__ void __launch_bounds__(FwdMainloop<T, kHeadDim, kGeneral>::kThreads, 
                               kGeneral && args.s.dropout ? args.s.keep_scale : 1.0f, lane);
 }
 
-template <typename T, int kHeadDim, bool kGeneral>
+template <typename T, int kHeadDim, bool kGeneral, bool kPaired = false>
 void run_fwd_instance(FwdArgs args, cudaStream_t stream) {
-  using Main = FwdMainloop<T, kHeadDim, kGeneral>;
+  using Main = FwdMainloop<T, kHeadDim, kGeneral, kPaired>;
   args.num_m_blocks = int(ceil_div(args.p.seqlen_q, Main::kBlockM));
   const int64_t blocks = int64_t(args.num_m_blocks) * args.p.heads * args.p.batch;
   if (blocks == 0) return;
-  auto kernel = fwd_kernel<T, kHeadDim, kGeneral>;
+  auto kernel = fwd_kernel<T, kHeadDim, kGeneral, kPaired>;
   allow_dynamic_smem(kernel, Main::kSmemBytes, args.p.device.index, "sm80 forward");
   kernel<<<grid_1d(blocks, "sm80 forward"), Main::kThreads, Main::kSmemBytes, stream>>>(args);
   FA_CUDA_CHECK_LAUNCH("sm80 forward kernel");
 }
 
-// Launches the forward for one (dtype, head-dim bucket); instantiated in fwd_hdim<D>.cu.
+// Launches the forward for one (dtype, head-dim bucket); instantiated in fwd_hdim<D>.cu. `paired`:
+// the device runs the paired tile where the bucket has one (use_paired_fwd).
 template <typename T, int kHeadDim>
-void run_fwd(FwdArgs args, cudaStream_t stream) {
-  if (needs_general_fwd(args.p))
+void run_fwd(FwdArgs args, bool paired, cudaStream_t stream) {
+  if (needs_general_fwd(args.p)) {
     run_fwd_instance<T, kHeadDim, true>(args, stream);
-  else
+  } else if constexpr (has_paired_fwd(kHeadDim, false)) {
+    if (paired)
+      run_fwd_instance<T, kHeadDim, false, true>(args, stream);
+    else
+      run_fwd_instance<T, kHeadDim, false>(args, stream);
+  } else {
     run_fwd_instance<T, kHeadDim, false>(args, stream);
+  }
 }
 
 }  // namespace flashattn::detail::cuda::sm80

@@ -16,10 +16,11 @@
 
 namespace flashattn::detail::cuda::sm80 {
 
-// kGeneral: the instance for calls with dropout, softcap or ALiBi (args.h); it only changes the tile.
-template <typename T, int kHeadDim, bool kGeneral>
+// kGeneral: the instance for calls with dropout, softcap or ALiBi (args.h); kPaired: the tile two CTAs of
+// which share an SM (kernel_traits.h). Both only change the tile.
+template <typename T, int kHeadDim, bool kGeneral, bool kPaired = false>
 struct FwdMainloop {
-  static constexpr FwdTile kTile = fwd_tile(kHeadDim, kGeneral);
+  static constexpr FwdTile kTile = fwd_tile(kHeadDim, kGeneral, kPaired);
   static constexpr int kBlockM = kTile.block_m;
   static constexpr int kBlockN = kTile.block_n;
   static constexpr int kThreads = kTile.threads();

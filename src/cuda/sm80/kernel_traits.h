@@ -53,11 +53,26 @@ struct FwdTile {
 
 // `general`: the instance that also handles dropout, softcap and ALiBi (args.h, needs_general_fwd). The
 // feature-free instance needs fewer registers, which its larger tiles spend.
-constexpr FwdTile fwd_tile(int bucket, bool general = true) {
+// `paired` (feature-free, D = 160 and 256; use_paired_fwd decides): 64 rows with 4 warps instead of 128
+// with 8, the same warp tile (16 rows x 64 keys), so that two CTAs share an SM: while one waits at a
+// barrier or in the softmax the other issues MMAs. Nsight Compute put FlashAttention-2's D = 256 forward
+// (this shape, two CTAs per SM) at IPC 1.26 against 1.14 for 128 x 64 with 8 warps, on the same
+// instruction count (bench/NOTES.md, version 6). D = 192 spills 32 bytes in this shape and D = 224 has
+// 32-key tiles: both keep 128 rows.
+constexpr bool has_paired_fwd(int bucket, bool general) { return !general && (bucket == 160 || bucket == 256); }
+constexpr FwdTile fwd_tile(int bucket, bool general = true, bool paired = false) {
   if (bucket <= 64) return FwdTile{bucket, 128, 64, 4, 2, true};
   if (bucket <= 128) return FwdTile{bucket, 128, general ? 32 : 64, 4, 2, false};
+  if (paired && has_paired_fwd(bucket, general)) return FwdTile{bucket, 64, 64, 4, 1, false};
   const bool wide = bucket <= 160 || (!general && bucket != 224);
   return FwdTile{bucket, 128, wide ? 64 : 32, 8, 1, false};
+}
+// Whether a device runs the paired tile: it must hold two of them at once (shared memory per SM, with
+// the 1 KB the hardware reserves per CTA), and be sm_90 or newer: the pairing was measured on the H200
+// only, and on sm_80 FlashAttention-2 itself keeps 128 rows at these head dims.
+constexpr bool use_paired_fwd(int bucket, bool general, int cc_major, int64_t smem_per_sm) {
+  return has_paired_fwd(bucket, general) && cc_major >= 9 &&
+         2 * (fwd_tile(bucket, general, true).smem_bytes() + 1024) <= smem_per_sm;
 }
 
 // Shared memory a CTA may opt into (cudaDevAttrMaxSharedMemoryPerBlockOptin): 163 KB on sm_80 (A100),
@@ -204,8 +219,8 @@ constexpr bool valid(DqTile t) {
 
 constexpr bool all_tiles_valid() {
   for (int d : kHeadDimBuckets)
-    if (!valid(fwd_tile(d, true)) || !valid(fwd_tile(d, false)) || !valid(bwd_tile(d)) || !bwd_tile(d).tiled ||
-        !valid(bwd_rows_tile(d)) || !valid(dq_tile(d)))
+    if (!valid(fwd_tile(d, true)) || !valid(fwd_tile(d, false)) || !valid(fwd_tile(d, false, true)) ||
+        !valid(bwd_tile(d)) || !bwd_tile(d).tiled || !valid(bwd_rows_tile(d)) || !valid(dq_tile(d)))
       return false;
   return true;
 }

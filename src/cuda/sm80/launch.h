@@ -14,7 +14,7 @@
 namespace flashattn::detail::cuda::sm80 {
 
 template <typename T, int kHeadDim>
-void run_fwd(FwdArgs args, cudaStream_t stream);
+void run_fwd(FwdArgs args, bool paired, cudaStream_t stream);
 template <typename T, int kHeadDim>
 void run_bwd(BwdArgs args, int64_t smem_optin, cudaStream_t stream);
 template <typename T, int kHeadDim>
@@ -24,8 +24,9 @@ void run_bwd_dq(BwdArgs args, cudaStream_t stream);
 ScoreArgs make_score_args(const FwdProblem& p);
 
 // Enqueue the whole forward / backward of `p` on `stream` (the caller has made p.device current).
-// `smem_optin`: the shared memory a CTA of p.device may opt into, which picks the backward's partition.
-void launch_fwd(const FwdProblem& p, cudaStream_t stream);
+// `paired`: the device runs the forward's paired tiles (use_paired_fwd). `smem_optin`: the shared memory
+// a CTA of p.device may opt into, which picks the backward's partition.
+void launch_fwd(const FwdProblem& p, bool paired, cudaStream_t stream);
 void launch_bwd(const BwdProblem& p, int64_t smem_optin, cudaStream_t stream);
 
 }  // namespace flashattn::detail::cuda::sm80

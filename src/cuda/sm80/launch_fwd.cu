@@ -20,14 +20,14 @@ ScoreArgs make_score_args(const FwdProblem& p) {
   return s;
 }
 
-void launch_fwd(const FwdProblem& p, cudaStream_t stream) {
+void launch_fwd(const FwdProblem& p, bool paired, cudaStream_t stream) {
   FwdArgs args;
   args.p = p;
   args.s = make_score_args(p);
   dtype_switch(p.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     head_dim_switch(head_dim_bucket(p.head_dim),
-                    [&](auto bucket) { run_fwd<T, decltype(bucket)::value>(args, stream); });
+                    [&](auto bucket) { run_fwd<T, decltype(bucket)::value>(args, paired, stream); });
   });
 }
 
