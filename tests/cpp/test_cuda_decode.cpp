@@ -167,6 +167,10 @@ TEST(CudaDecodeHost, SplitHeuristic) {
   in.max_keys = 32768;
   // one wave of resident blocks: 132 * 2 / 8 = 33 splits
   EXPECT_EQ(dec::choose_num_splits(in), 33);
+  // a streaming call (contiguous, one row per warp) takes one block per SM: 132 / 8 = 16
+  in.streaming = true;
+  EXPECT_EQ(dec::choose_num_splits(in), 16);
+  in.streaming = false;
   // a short context: at least block_n keys per split, 1024 / 64 = 16
   in.max_keys = 1024;
   EXPECT_EQ(dec::choose_num_splits(in), 16);
@@ -183,6 +187,12 @@ TEST(CudaDecodeHost, SplitHeuristic) {
   EXPECT_EQ(dec::choose_num_splits(in), 1);
   in.blocks = 132;
   EXPECT_EQ(dec::choose_num_splits(in), 2);
+  // streaming: a block for every SM is not split
+  in.streaming = true;
+  EXPECT_EQ(dec::choose_num_splits(in), 1);
+  in.blocks = 66;
+  EXPECT_EQ(dec::choose_num_splits(in), 2);
+  in.streaming = false;
   // at most kMaxSplits
   in.blocks = 1;
   EXPECT_EQ(dec::choose_num_splits(in), dec::kMaxSplits);

@@ -176,6 +176,7 @@ void run(const KVCacheProblem& p, Stream stream) {
   si.rows = std::min<int64_t>(rows, ks.rows);
   si.sm_count = facts.sm_count;
   si.blocks_per_sm = ks.blocks_per_sm;
+  si.streaming = !p.cache.paged() && si.rows <= ks.threads / 32;
   si.requested = p.num_splits;
   a.num_splits = choose_num_splits(si);
 

@@ -14,17 +14,23 @@ struct SplitInputs {
   int block_n = 64;      // keys per K/V tile of the kernel
   int64_t rows = 1;      // packed query rows of one block (at most the kernel's row tile)
   int sm_count = 1;
-  int blocks_per_sm = 1;  // resident blocks per SM (occupancy of the kernel)
-  int requested = 0;      // KVCacheProblem::num_splits: > 0 overrides the heuristic
+  int blocks_per_sm = 1;   // resident blocks per SM (occupancy of the kernel)
+  bool streaming = false;  // contiguous cache and at most one packed row per warp (see below)
+  int requested = 0;       // KVCacheProblem::num_splits: > 0 overrides the heuristic
 };
 
 // The rule (docs/decode.md):
 //  * requested > 0: that many, at most kMaxSplits;
-//  * otherwise the most splits that keep every block resident at once (blocks * splits <= SMs *
-//    blocks_per_sm: one wave, no tail, and every resident slot streaming K/V), limited so that a split
-//    reads at least max(block_n, rows) keys (its partial output, rows x head_dim fp32, then costs at
-//    most about the K/V it read, and stays in L2 until the combine reads it) and by kMaxSplits; at
-//    least 1. A batch that fills the slots by itself is not split.
+//  * otherwise the most splits that keep one wave of blocks resident (blocks * splits <= SMs * per_sm),
+//    limited so that a split reads at least max(block_n, rows) keys (its partial output, rows x head_dim
+//    fp32, then costs at most about the K/V it read, and stays in L2 until the combine reads it) and by
+//    kMaxSplits; at least 1. per_sm is 1 for `streaming` calls, else blocks_per_sm: a block that
+//    streams a contiguous cache with one row per warp keeps enough loads in flight alone, and a second
+//    one per SM only adds partials to write and merge (batch 1 x 4k: 18.1 us with 16 splits against
+//    19.4 with 33; batch 16 x 4k 75.8 us unsplit against 80.5 with 2), while paged rows (an index load
+//    before each row) and multi-token blocks (more math per byte) need the second block (batch 16 x 32k
+//    page 16: 504 us with 2 splits, 590 with 1; 16 tokens at batch 16 x 32k 652 against 878 us).
+//    Measured on the H200, bench/NOTES.md, decode version 6.
 int choose_num_splits(const SplitInputs& in);
 
 }  // namespace flashattn::detail::cuda::decode

@@ -57,8 +57,8 @@ struct FwdTile {
 // with 8, the same warp tile (16 rows x 64 keys), so that two CTAs share an SM: while one waits at a
 // barrier or in the softmax the other issues MMAs. Nsight Compute put FlashAttention-2's D = 256 forward
 // (this shape, two CTAs per SM) at IPC 1.26 against 1.14 for 128 x 64 with 8 warps, on the same
-// instruction count (bench/NOTES.md, version 6). D = 192 spills 32 bytes in this shape and D = 224 has
-// 32-key tiles: both keep 128 rows.
+// instruction count (bench/NOTES.md, version 6). D = 192 spills 32 bytes in this shape and measured no
+// better (0.81-0.90x FA2 paired, 0.81-0.92x not), D = 224 has 32-key tiles: both keep 128 rows.
 constexpr bool has_paired_fwd(int bucket, bool general) { return !general && (bucket == 160 || bucket == 256); }
 constexpr FwdTile fwd_tile(int bucket, bool general = true, bool paired = false) {
   if (bucket <= 64) return FwdTile{bucket, 128, 64, 4, 2, true};
