@@ -116,8 +116,9 @@ __global__ void __launch_bounds__(BwdTiled<T, kHeadDim, kGeneral>::kThreads, 1)
                                              p.v.row_stride, valid_keys, d_chunks, tid);
 
   // Steps run head-major: step i is (head hk * group + i / m_count, query tile m_begin + i % m_count). The
-  // pair is advanced by counters (next_step) rather than divided out per step: the divisions and their
-  // 64-bit address products were a tenth of the kernel's instructions (bench/NOTES.md, version 6).
+  // pair is advanced by counters (next_step) rather than divided out per step: the two integer divisions
+  // were ~55 of the 1689 instructions a warp issued per step (the SASS table of
+  // bench/results/2026-12-03-h200-ncu-v5/).
   struct Step {
     int h, m;  // query head, query tile index relative to m_begin
   };
@@ -196,8 +197,8 @@ __global__ void __launch_bounds__(BwdTiled<T, kHeadDim, kGeneral>::kThreads, 1)
         for (int mf = 0; mf < kChunkMF; ++mf) {
           float lse2[2], d_row[2];
           [[maybe_unused]] RelRange vis[2];
-          [[maybe_unused]] int
-              rel_diag[2];  // diagonal(query) - warp_key0: |i + sk - sq - j| < 2^31 (supports_bwd), an int
+          // diagonal(query) - warp_key0: |i + sk - sq - j| < 2^31 (supports_bwd), an int
+          [[maybe_unused]] int rel_diag[2];
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
             const int q_local = row0 + 16 * mf + g + 8 * half;
