@@ -122,6 +122,10 @@ void ArgChecker::contiguous(const Tensor& t, const char* name) const {
 }
 
 void ArgChecker::no_self_overlap(const Tensor& t, const char* name) const {
+  // An empty view has no two elements to share an address. It is also the one view whose strides
+  // tensor() does not bound (max_offset), so the span below could overflow for it.
+  for (int i = 0; i < t.ndim; ++i)
+    if (t.shape[i] == 0) return;
   // Dims of size > 1 by increasing stride (insertion sort of at most kMaxDims entries).
   int dims[Tensor::kMaxDims];
   int n = 0;
@@ -131,7 +135,7 @@ void ArgChecker::no_self_overlap(const Tensor& t, const char* name) const {
     for (; k > 0 && t.stride[dims[k - 1]] > t.stride[i]; --k) dims[k] = dims[k - 1];
     dims[k] = i;
   }
-  int64_t span = 1;  // elements covered by the dims inside the current one; offsets fit int64 (tensor())
+  int64_t span = 1;  // elements covered by the dims inside the current one; fits int64 (tensor(): max_offset)
   for (int k = 0; k < n; ++k) {
     const int d = dims[k];
     if (t.stride[d] < span) {

@@ -11,6 +11,7 @@
 #include <limits>
 #include <string>
 
+#include "api/checks.h"
 #include "attention_case.h"
 #include "kvcache_case.h"
 
@@ -75,6 +76,20 @@ TEST(ValidationHardening, OutputsWithSharedAddressesAreRejected) {
   DenseCall ok;
   ok.p.q.stride[1] = 0;  // an input may repeat elements (a broadcast query)
   EXPECT_NO_THROW(flashattn::forward(ok.p));
+}
+
+// Found by the C API fuzzer: an empty output whose other dims have huge strides. tensor() does not bound
+// the strides of a view without elements, and the overlap check used to multiply them out (signed
+// overflow). An empty output is valid: nothing is written.
+TEST(ValidationHardening, EmptyOutputWithHugeStridesIsNotAnOverlap) {
+  flashattn::Tensor t;
+  t.dtype = DType::f32;
+  t.ndim = 4;
+  const int64_t shape[4] = {0, 64, 64, 16}, stride[4] = {1, int64_t(1) << 62, int64_t(1) << 61, 1};
+  for (int i = 0; i < 4; ++i) t.shape[i] = shape[i], t.stride[i] = stride[i];
+  const flashattn::detail::ArgChecker c("test");
+  EXPECT_NO_THROW(c.tensor(t, "out", 4, "(batch, seqlen_q, heads, head_dim)"));
+  EXPECT_NO_THROW(c.no_self_overlap(t, "out"));
 }
 
 // A valid KV-cache call: by default two new tokens per sequence, contiguous or paged.
