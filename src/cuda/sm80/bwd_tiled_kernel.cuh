@@ -321,8 +321,8 @@ __global__ void __launch_bounds__(BwdTiled<T, kHeadDim, kGeneral>::kThreads, 1)
 // partition; called by run_bwd (bwd_kernel.cuh).
 template <typename T, int kHeadDim>
 void launch_bwd_tiled(const BwdArgs& args, cudaStream_t stream) {
-  using Main =
-      BwdTiled<T, kHeadDim, true>;  // the shapes that matter here (threads, shared memory) are the same in both
+  // Threads and shared memory, the shapes used here, do not depend on kGeneral.
+  using Main = BwdTiled<T, kHeadDim, true>;
   const int64_t blocks = int64_t(args.num_n_blocks) * args.p.heads_k * args.p.batch;
   if (blocks == 0) return;
   auto kernel =
