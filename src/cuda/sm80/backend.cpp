@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -108,11 +109,21 @@ std::string common_reason(const FwdProblem& p, int64_t smem) {
   return {};
 }
 
+// FLASHATTN_SM80_PAIRED_FWD=0 turns the paired forward tile off (read once per process): a benchmarking
+// switch, to measure both forward shapes on one device in one run (docs/kernels.md).
+bool paired_fwd_disabled() {
+  static const bool off = [] {
+    const char* v = std::getenv("FLASHATTN_SM80_PAIRED_FWD");
+    return v != nullptr && std::string(v) == "0";
+  }();
+  return off;
+}
+
 // Whether the forward of `p` runs the paired tile on its device (kernel_traits.h).
 bool paired_fwd(const FwdProblem& p) {
   const DeviceProps& d = device_props(p.device.index);
-  return cuda::sm80::use_paired_fwd(head_dim_bucket(p.head_dim), cuda::sm80::needs_general_fwd(p), d.major,
-                                    d.smem_per_sm);
+  return !paired_fwd_disabled() && cuda::sm80::use_paired_fwd(head_dim_bucket(p.head_dim),
+                                                              cuda::sm80::needs_general_fwd(p), d.major, d.smem_per_sm);
 }
 
 std::string supports_fwd(const FwdProblem& p) {

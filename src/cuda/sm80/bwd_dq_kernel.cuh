@@ -106,18 +106,18 @@ __global__ void __launch_bounds__(DqShape<T, kHeadDim>::kThreads, 1)
   const int n_end = keys.end > keys.begin ? int((keys.end + kBlockN - 1) / kBlockN) : n_begin;
 
   const int64_t q_row = seq.q_start + m0;
-  load_rows_async<QTile, kBlockM, kThreads>(sq, 0, static_cast<const T*>(p.q.ptr) + p.q.offset(b, q_row, h),
+  load_rows_async<QTile, kBlockM, kThreads>(sq, static_cast<const T*>(p.q.ptr) + p.q.offset(b, q_row, h),
                                             p.q.row_stride, valid_rows, d_chunks, tid);
-  load_rows_async<QTile, kBlockM, kThreads>(sdo, 0, static_cast<const T*>(p.dout.ptr) + p.dout.offset(b, q_row, h),
+  load_rows_async<QTile, kBlockM, kThreads>(sdo, static_cast<const T*>(p.dout.ptr) + p.dout.offset(b, q_row, h),
                                             p.dout.row_stride, valid_rows, d_chunks, tid);
   const T* k_seq = static_cast<const T*>(p.k.ptr) + p.k.offset(b, seq.k_start, hk);
   const T* v_seq = static_cast<const T*>(p.v.ptr) + p.v.offset(b, seq.k_start, hk);
   const auto load_kv = [&](int n, int buf) {
     const int64_t first = int64_t(n) * kBlockN;
     const int rows = int(seq.sk - first < kBlockN ? seq.sk - first : kBlockN);
-    load_rows_async<KVTile, kBlockN, kThreads>(sk + buf * KVTile::kElems, 0, k_seq + first * p.k.row_stride,
+    load_rows_async<KVTile, kBlockN, kThreads>(sk + buf * KVTile::kElems, k_seq + first * p.k.row_stride,
                                                p.k.row_stride, rows, d_chunks, tid);
-    load_rows_async<KVTile, kBlockN, kThreads>(sv + buf * KVTile::kElems, 0, v_seq + first * p.v.row_stride,
+    load_rows_async<KVTile, kBlockN, kThreads>(sv + buf * KVTile::kElems, v_seq + first * p.v.row_stride,
                                                p.v.row_stride, rows, d_chunks, tid);
   };
   if (n_begin < n_end) load_kv(n_begin, 0);

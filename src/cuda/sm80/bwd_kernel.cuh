@@ -78,10 +78,10 @@ __global__ void __launch_bounds__(BwdMainloop<T, kHeadDim, kPass>::kThreads, 1)
   const int steps = group * m_count;
 
   const int64_t k_row0 = seq.k_start + n0;
-  load_rows_async<KVTile, kBlockN, kThreads>(sk, 0, static_cast<const T*>(p.k.ptr) + p.k.offset(b, k_row0, hk),
+  load_rows_async<KVTile, kBlockN, kThreads>(sk, static_cast<const T*>(p.k.ptr) + p.k.offset(b, k_row0, hk),
                                              p.k.row_stride, valid_keys, d_chunks, tid);
   if constexpr (Main::kDoDK)
-    load_rows_async<KVTile, kBlockN, kThreads>(sv, 0, static_cast<const T*>(p.v.ptr) + p.v.offset(b, k_row0, hk),
+    load_rows_async<KVTile, kBlockN, kThreads>(sv, static_cast<const T*>(p.v.ptr) + p.v.offset(b, k_row0, hk),
                                                p.v.row_stride, valid_keys, d_chunks, tid);
 
   // Head and first query row of step i.
@@ -91,10 +91,10 @@ __global__ void __launch_bounds__(BwdMainloop<T, kHeadDim, kPass>::kThreads, 1)
     const int64_t h = step_head(i), m0 = step_m0(i);
     const int valid_q = int(seq.sq - m0 < kBlockM ? seq.sq - m0 : kBlockM);
     const int64_t q_row = seq.q_start + m0;
-    load_rows_async<QTile, kBlockM, kThreads>(sq + buf * QTile::kElems, 0,
+    load_rows_async<QTile, kBlockM, kThreads>(sq + buf * QTile::kElems,
                                               static_cast<const T*>(p.q.ptr) + p.q.offset(b, q_row, h), p.q.row_stride,
                                               valid_q, d_chunks, tid);
-    load_rows_async<QTile, kBlockM, kThreads>(sdo + buf * QTile::kElems, 0,
+    load_rows_async<QTile, kBlockM, kThreads>(sdo + buf * QTile::kElems,
                                               static_cast<const T*>(p.dout.ptr) + p.dout.offset(b, q_row, h),
                                               p.dout.row_stride, valid_q, d_chunks, tid);
     load_floats_async<kBlockM>(slse + buf * kBlockM, p.lse.ptr + p.lse.offset(b, q_row, h), valid_q, tid);

@@ -110,9 +110,9 @@ __global__ void __launch_bounds__(BwdTiled<T, kHeadDim, kGeneral>::kThreads, 1)
   const int steps = group * m_count;
 
   const int k_row0 = k_start + n0;
-  load_rows_async<KVTile, kBlockN, kThreads>(sk, 0, static_cast<const T*>(p.k.ptr) + p.k.offset(b, k_row0, hk),
+  load_rows_async<KVTile, kBlockN, kThreads>(sk, static_cast<const T*>(p.k.ptr) + p.k.offset(b, k_row0, hk),
                                              p.k.row_stride, valid_keys, d_chunks, tid);
-  load_rows_async<KVTile, kBlockN, kThreads>(sv, 0, static_cast<const T*>(p.v.ptr) + p.v.offset(b, k_row0, hk),
+  load_rows_async<KVTile, kBlockN, kThreads>(sv, static_cast<const T*>(p.v.ptr) + p.v.offset(b, k_row0, hk),
                                              p.v.row_stride, valid_keys, d_chunks, tid);
 
   // Steps run head-major: step i is (head hk * group + i / m_count, query tile m_begin + i % m_count). The
@@ -127,10 +127,10 @@ __global__ void __launch_bounds__(BwdTiled<T, kHeadDim, kGeneral>::kThreads, 1)
     const int m0 = (m_begin + s.m) * kBlockM;
     const int valid_q = sq_len - m0 < kBlockM ? sq_len - m0 : kBlockM;
     const int q_row = q_start + m0;
-    load_rows_async<QTile, kBlockM, kThreads>(sq + buf * QTile::kElems, 0,
+    load_rows_async<QTile, kBlockM, kThreads>(sq + buf * QTile::kElems,
                                               static_cast<const T*>(p.q.ptr) + p.q.offset(b, q_row, s.h),
                                               p.q.row_stride, valid_q, d_chunks, tid);
-    load_rows_async<QTile, kBlockM, kThreads>(sdo + buf * QTile::kElems, 0,
+    load_rows_async<QTile, kBlockM, kThreads>(sdo + buf * QTile::kElems,
                                               static_cast<const T*>(p.dout.ptr) + p.dout.offset(b, q_row, s.h),
                                               p.dout.row_stride, valid_q, d_chunks, tid);
     load_floats_async<kBlockM>(slse + buf * kBlockM, p.lse.ptr + p.lse.offset(b, q_row, s.h), valid_q, tid);

@@ -37,12 +37,10 @@ struct BwdTiled {
   static constexpr int kDqM = kTile.dq_tile_rows(), kDqD = kTile.dq_tile_cols();
   // Phases 1 and 3 work on this many 16-row fragments of their warp tile at a time (rolled loops over
   // the groups): two where registers allow (each B fragment then feeds two MMAs, and the group's
-  // addressing and row statistics are paid once), else one. Up to D = 64 both instances take two; at
-  // D = 96-128, where dK + dV hold 96-128 registers, only the feature-free one: with the general
-  // instance's feature code two spill 264 bytes (sm_90a), while the feature-free one spilled 232 bytes
-  // with one and spills 8 with two (the compiler hoists less across the shorter rolled loop). Above 128
-  // every group is one fragment.
-  static constexpr bool kPairs = kHeadDim <= 64 || (!kGeneral && kHeadDim <= 128);
+  // addressing and row statistics are paid once), else one. With version 7's tile loads two compile
+  // without spills on sm_90a everywhere but the general instance at D = 128 (60 bytes) and D = 256 (72
+  // bytes feature-free, 12 general); at D = 160 and 224 every warp tile is one fragment tall anyway.
+  static constexpr bool kPairs = !(kHeadDim == 256 || (kGeneral && kHeadDim == 128));
   static constexpr int kSdpChunkMF = kPairs && (kSdpM / 16) % 2 == 0 ? 2 : 1;
   static constexpr int kDqChunkMF = kPairs && (kDqM / 16) % 2 == 0 ? 2 : 1;
   static_assert((kSdpM / 16) % kSdpChunkMF == 0 && (kDqM / 16) % kDqChunkMF == 0, "whole groups of fragments");

@@ -78,8 +78,7 @@ __global__ void __launch_bounds__(FwdMainloop<T, kHeadDim, kGeneral, kPaired>::k
   const int n_begin = int(keys.begin / kBlockN);
   const int n_end = keys.end > keys.begin ? int((keys.end + kBlockN - 1) / kBlockN) : n_begin;
 
-  load_rows_async<typename Main::QTile, kBlockM, Main::kThreads>(sq, 0, q_tile, p.q.row_stride, valid_rows, d_chunks,
-                                                                 tid);
+  load_rows_async<typename Main::QTile, kBlockM, Main::kThreads>(sq, q_tile, p.q.row_stride, valid_rows, d_chunks, tid);
   if (n_begin < n_end) Main::load_kv(sk, k_seq, p.k.row_stride, n_begin, seq.sk, d_chunks, tid);
   ptx::cp_async_commit();
 

@@ -108,7 +108,7 @@ struct FwdMainloop {
                                                  int d_chunks, int tid) {
     const int64_t first = int64_t(n) * kBlockN;
     const int rows = int(sk - first < kBlockN ? sk - first : kBlockN);
-    load_rows_async<KVTile, kBlockN, kThreads>(tile, 0, seq_base + first * row_stride, row_stride, rows, d_chunks, tid);
+    load_rows_async<KVTile, kBlockN, kThreads>(tile, seq_base + first * row_stride, row_stride, rows, d_chunks, tid);
   }
 };
 

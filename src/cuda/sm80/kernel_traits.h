@@ -34,10 +34,11 @@ inline constexpr int kElemBytes = 2;
 //             registers, a 64-key S tile (64 more) spills.
 //   D > 128:  128 x 64 (x 32 from 192 on), 8 warps x 16 rows: O is 80-128 registers, so a warp owns one
 //             16-row fragment; 8 warps keep the 128-row reuse of every K/V tile per CTA.
-// The feature-free instance (general = false) has the registers for 64-key tiles at D 96-128 and
-// 192-256 (halving the Q re-reads from shared memory per key, and the barriers): every one compiles
-// without spills except D = 224, which spills 20-44 bytes at 64 keys and so stays at 32. D <= 64 keeps its
-// tile: 128 keys (FlashAttention-2's choice) spill 40 bytes with Q in shared memory.
+// The feature-free instance (general = false) has the registers for larger tiles: 128 x 128 at D <= 64
+// (FlashAttention-2's tile; Q re-read from shared memory, as 128 keys with Q in registers spill) and
+// 64-key tiles at every D from 96 on (half the Q re-reads from shared memory per key, and half the
+// barriers). With the tile loads of version 7 (tile_copy.cuh) every one of them compiles without
+// spills on sm_90a; before, D = 224 at 64 keys and D = 64 at 128 keys spilled (numbers in docs/kernels.md).
 struct FwdTile {
   int head_dim;
   int block_m, block_n;
@@ -53,18 +54,17 @@ struct FwdTile {
 
 // `general`: the instance that also handles dropout, softcap and ALiBi (args.h, needs_general_fwd). The
 // feature-free instance needs fewer registers, which its larger tiles spend.
-// `paired` (feature-free, D = 160 and 256; use_paired_fwd decides): 64 rows with 4 warps instead of 128
-// with 8, the same warp tile (16 rows x 64 keys), so that two CTAs share an SM: while one waits at a
-// barrier or in the softmax the other issues MMAs. Nsight Compute put FlashAttention-2's D = 256 forward
-// (this shape, two CTAs per SM) at IPC 1.26 against 1.14 for 128 x 64 with 8 warps, on the same
-// instruction count (bench/NOTES.md, version 6). D = 192 spills 32 bytes in this shape and measured no
-// better (0.81-0.90x FA2 paired, 0.81-0.92x not), D = 224 has 32-key tiles: both keep 128 rows.
-constexpr bool has_paired_fwd(int bucket, bool general) { return !general && (bucket == 160 || bucket == 256); }
+// `paired` (feature-free, D >= 160; use_paired_fwd decides): 64 rows with 4 warps instead of 128 with 8,
+// the same warp tile (16 rows x 64 keys), so that two CTAs share an SM: while one waits at a barrier or
+// in the softmax the other issues MMAs. Nsight Compute put FlashAttention-2's D = 256 forward (this
+// shape, two CTAs per SM) at IPC 1.26 against 1.14 for 128 x 64 with 8 warps, on the same instruction
+// count (bench/NOTES.md, version 6). D = 192 and 224 spilled in this shape until version 7.
+constexpr bool has_paired_fwd(int bucket, bool general) { return !general && bucket >= 160; }
 constexpr FwdTile fwd_tile(int bucket, bool general = true, bool paired = false) {
-  if (bucket <= 64) return FwdTile{bucket, 128, 64, 4, 2, true};
+  if (bucket <= 64) return FwdTile{bucket, 128, general ? 64 : 128, 4, 2, general};
   if (bucket <= 128) return FwdTile{bucket, 128, general ? 32 : 64, 4, 2, false};
   if (paired && has_paired_fwd(bucket, general)) return FwdTile{bucket, 64, 64, 4, 1, false};
-  const bool wide = bucket <= 160 || (!general && bucket != 224);
+  const bool wide = bucket <= 160 || !general;
   return FwdTile{bucket, 128, wide ? 64 : 32, 8, 1, false};
 }
 // Whether a device runs the paired tile: it must hold two of them at once (shared memory per SM, with

@@ -31,17 +31,55 @@ __device__ __forceinline__ void for_each_chunk(int tid, F&& f) {
   }
 }
 
-// Issues cp.async for rows [row0, row0 + kRows) of `tile`; tile row row0 + r comes from
-// src + r * row_stride. Rows r >= valid_rows and chunks >= valid_chunks are zero-filled.
+// Issues cp.async for rows [0, kRows) of `tile`; tile row r comes from src + r * row_stride. Rows
+// r >= valid_rows and chunks >= valid_chunks are zero-filled.
+//
+// Thread t copies chunk column t % P of every panel (P = Tile::kPanelChunks, 8 or 4) in the rows
+// t / P + i * kRowStep, kRowStep = kThreads / P. kRowStep is a multiple of 8, so all of a thread's rows
+// have the same swizzle: its shared-memory addresses differ by compile-time constants and its global
+// ones by multiples of one runtime stride. A chunk then costs one cp.async plus, once per row step, one
+// 64-bit add. Why it matters: deriving each chunk's row, bounds test and address afresh (as version 6
+// did) cost 10-14 integer instructions per chunk: 14% of the D = 128 forward's loop, 31% of the paired
+// D = 256 one (SASS, bench/NOTES.md version 7). A warp still reads whole 64- or 128-byte row
+// segments. Tiles with every row and chunk valid (all but a sequence's last, when the head dim fills
+// its bucket) take the path without predicates.
 template <typename Tile, int kRows, int kThreads, typename T>
-__device__ __forceinline__ void load_rows_async(T* tile, int row0, const T* src, int64_t row_stride, int valid_rows,
+__device__ __forceinline__ void load_rows_async(T* tile, const T* src, int64_t row_stride, int valid_rows,
                                                 int valid_chunks, int tid) {
-  const uint32_t base = ptx::smem_addr(tile);
-  for_each_chunk<Tile, kRows, kThreads>(tid, [&](int r, int c) {
-    const bool ok = r < valid_rows && c < valid_chunks;
-    const T* from = ok ? src + r * row_stride + c * 8 : src;
-    ptx::cp_async_16(base + uint32_t(Tile::chunk_offset(row0 + r, c)) * 2u, from, ok);
-  });
+  constexpr int kPanelChunks = Tile::kPanelChunks;
+  constexpr int kPanels = Tile::kChunksPerRow / kPanelChunks;
+  constexpr int kRowStep = kThreads / kPanelChunks;
+  constexpr int kSteps = (kRows + kRowStep - 1) / kRowStep;
+  static_assert(kThreads % kPanelChunks == 0 && kRowStep % 8 == 0, "a thread's rows must share one swizzle");
+  const int row = tid / kPanelChunks, chunk = tid % kPanelChunks;
+  // With fewer rows than one step covers, the threads past the last row have nothing to copy.
+  if (kRows % kRowStep != 0 && row >= kRows) return;
+  const uint32_t dst = ptx::smem_addr(tile) + uint32_t(Tile::chunk_offset(row, chunk)) * 2u;
+  const int64_t step = kRowStep * row_stride;
+  const T* from = src + row * row_stride + chunk * 8;
+  // Byte offset of (row + i kRowStep, chunk + p kPanelChunks) from (row, chunk) in the tile (smem_layout.h).
+  constexpr auto smem_delta = [](int i, int p) {
+    return uint32_t(p * Tile::kPanelElems + i * kRowStep * kPanelChunks * 8) * 2u;
+  };
+  if (valid_rows >= kRows && valid_chunks >= Tile::kChunksPerRow) {
+#pragma unroll
+    for (int i = 0; i < kSteps; ++i, from += step)
+#pragma unroll
+      for (int p = 0; p < kPanels; ++p)
+        if (kRows % kRowStep == 0 || row + i * kRowStep < kRows)
+          ptx::cp_async_16(dst + smem_delta(i, p), from + p * kPanelChunks * 8);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kSteps; ++i, from += step) {
+      const bool row_ok = row + i * kRowStep < valid_rows;
+#pragma unroll
+      for (int p = 0; p < kPanels; ++p) {
+        const bool ok = row_ok && chunk + p * kPanelChunks < valid_chunks;
+        if (kRows % kRowStep == 0 || row + i * kRowStep < kRows)
+          ptx::cp_async_16(dst + smem_delta(i, p), ok ? from + p * kPanelChunks * 8 : src, ok);
+      }
+    }
+  }
 }
 
 // Stores rows [row0, row0 + kRows) of `tile` to dst + r * row_stride (r < valid_rows, chunks < valid_chunks).
