@@ -17,6 +17,7 @@
 #include "common/philox.h"
 #include "common/score.h"
 #include "criterion.h"
+#include "cuda/sm80/args.h"
 #include "cuda/sm80/dropout_lanes.h"
 #include "cuda/sm80/kernel_traits.h"
 #include "cuda/sm80/smem_layout.h"
@@ -148,6 +149,44 @@ TEST(CudaSm80Layout, PairedForwardTileRule) {
     EXPECT_EQ(paired.warp_rows(), wide.warp_rows()) << d;
     EXPECT_EQ(paired.block_n, wide.block_n) << d;
   }
+}
+
+// dq_accum's blocked layout (args.h): every (row, head, dim) of the buffer has its own slot inside
+// dq_accum_elems, and the 8-byte atomics of one warp for a fragment half (lane 4 g + t adds dims 2 t, 2 t + 1
+// of row g) cover one contiguous 256-byte block when the rows start at a multiple of 8, two contiguous
+// runs otherwise.
+TEST(CudaSm80Layout, DqAccumBlocksAreBijectiveAndOneAtomicIsContiguous) {
+  for (int64_t heads : {1, 3})
+    for (int64_t head_dim : {8, 24, 64})
+      for (int64_t rows : {1, 13, 16}) {
+        SCOPED_TRACE(std::to_string(heads) + " heads, head dim " + std::to_string(head_dim) + ", " +
+                     std::to_string(rows) + " rows");
+        const int64_t elems = sm80::dq_accum_elems(rows, heads, head_dim);
+        std::set<int64_t> seen;
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t h = 0; h < heads; ++h)
+            for (int64_t d = 0; d < head_dim; ++d) {
+              const int64_t o = sm80::dq_accum_offset(r, h, d, heads, head_dim);
+              ASSERT_GE(o, 0);
+              ASSERT_LT(o, elems);
+              ASSERT_TRUE(seen.insert(o).second) << r << " " << h << " " << d;
+            }
+      }
+  const int64_t heads = 3, head_dim = 40;
+  for (int64_t row0 : {0, 8, 5, 13})
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t d0 = 0; d0 < head_dim; d0 += 8) {
+        int runs = 0;
+        int64_t prev = -10;
+        for (int lane = 0; lane < 32; ++lane) {
+          const int64_t o = sm80::dq_accum_offset(row0 + lane / 4, h, d0 + 2 * (lane % 4), heads, head_dim);
+          EXPECT_EQ(o % 2, 0);
+          EXPECT_EQ(sm80::dq_accum_offset(row0 + lane / 4, h, d0 + 2 * (lane % 4) + 1, heads, head_dim), o + 1);
+          if (o != prev + 2) ++runs;
+          prev = o;
+        }
+        EXPECT_EQ(runs, row0 % 8 == 0 ? 1 : 2) << row0 << " " << h << " " << d0;
+      }
 }
 
 // The tiled backward's warp grids (kernel_traits.h, BwdTile::*_origin): in each of its three phases the

@@ -208,8 +208,7 @@ __global__ void __launch_bounds__(BwdMainloop<T, kHeadDim, kPass>::kThreads, 1)
         __syncthreads();  // dS^T of every warp is in shared memory
         const int row0 = 16 * (warp % Main::kDqRowGroups);
         const int col0 = Main::kDqCols * (warp / Main::kDqRowGroups);
-        float* dq_base = args.dq_accum + (global_q_row(p, b, seq, m0) * p.heads + h) * p.head_dim;
-        const int64_t dq_row_stride = p.heads * p.head_dim;
+        const int64_t q_row0 = global_q_row(p, b, seq, m0);
 #pragma unroll
         for (int sub = 0; sub < Main::kDqCols / Main::kDqSub; ++sub) {
           float acc[Main::kDqSub / 8][4];
@@ -224,7 +223,8 @@ __global__ void __launch_bounds__(BwdMainloop<T, kHeadDim, kPass>::kThreads, 1)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
               const int row = row0 + g + 8 * (e >> 1), col = cols + 8 * f + 2 * t + (e & 1);
-              if (row < valid_q && col < p.head_dim) atomicAdd(dq_base + row * dq_row_stride + col, acc[f][e]);
+              if (row < valid_q && col < p.head_dim)
+                atomicAdd(args.dq_accum + dq_accum_offset(q_row0 + row, h, col, p.heads, p.head_dim), acc[f][e]);
             }
         }
       }

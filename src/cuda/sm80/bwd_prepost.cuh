@@ -6,6 +6,7 @@
 //    pair's row of dq_accum (when there is one), which saves a separate memset pass over the workspace;
 //  * bwd_dq_convert_kernel: dq = dq_accum rounded to the dtype (the scale is already inside dS), one
 //    thread per 8 elements.
+// The 8 dims of a chunk are contiguous in dq_accum's blocked layout too (args.h, dq_accum_offset).
 // Both index query rows globally (global_q_row): row r of a dense call is (b, i) = (r / Sq, r % Sq), of
 // a varlen call r itself (batch stride 0).
 
@@ -36,7 +37,7 @@ __global__ void __launch_bounds__(kPrepostThreads) bwd_dsum_kernel(const __grid_
   const int64_t row = pair / p.heads, h = pair % p.heads;
   float acc = 0.0f;
   if (args.dq_accum != nullptr && lane < p.head_dim / 8) {
-    float4* zero = reinterpret_cast<float4*>(args.dq_accum + pair * p.head_dim + 8 * lane);  // pair = row * heads + h
+    float4* zero = reinterpret_cast<float4*>(args.dq_accum + dq_accum_offset(row, h, 8 * lane, p.heads, p.head_dim));
     zero[0] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     zero[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
@@ -60,7 +61,7 @@ __global__ void __launch_bounds__(kPrepostThreads) bwd_dq_convert_kernel(const _
   if (idx >= p.total_q * p.heads * chunks) return;
   const int64_t c = idx % chunks, pair = idx / chunks;
   const int64_t row = pair / p.heads, h = pair % p.heads;
-  const float* src = args.dq_accum + pair * p.head_dim + 8 * c;  // pair = row * heads + h
+  const float* src = args.dq_accum + dq_accum_offset(row, h, 8 * c, p.heads, p.head_dim);
   const float4 lo = *reinterpret_cast<const float4*>(src);
   const float4 hi = *reinterpret_cast<const float4*>(src + 4);
   uint4 packed;

@@ -262,8 +262,7 @@ __global__ void __launch_bounds__(BwdTiled<T, kHeadDim, kGeneral>::kThreads, 1)
     // row0 + 16 mf + g + 8 (e / 2), column dq_d0 + 8 f + 2 t + e % 2; e = 0, 1 (and 2, 3) are adjacent
     // columns, an 8-byte aligned pair (head_dim and the column are even).
     if (args.dq_accum != nullptr) {
-      float* dq_base = args.dq_accum + (global_q_row(p, b, seq(), m0) * p.heads + h) * p.head_dim;
-      const int64_t dq_row_stride = p.heads * p.head_dim;
+      const int64_t q_row0 = global_q_row(p, b, seq(), m0);
       const bool dq_full = valid_q == kBlockM && dq_d0 + Main::kDqD <= head_dim;
 #pragma unroll 1  // rolled, as phase 1
       for (int chunk = 0; chunk < kDqMF / kDqChunkMF; ++chunk) {
@@ -286,11 +285,14 @@ __global__ void __launch_bounds__(BwdTiled<T, kHeadDim, kGeneral>::kThreads, 1)
             for (int half = 0; half < 2; ++half) {
               const int row = row0 + 16 * mf + g + 8 * half;
               if (kGuarded && row >= valid_q) continue;
-              float* dst = dq_base + row * dq_row_stride + dq_d0 + 2 * t;
+              // Fragment f's 8 columns are the next 8-column block of dq_accum's layout (args.h), 64
+              // floats further; the 32 lanes of one atomic cover one block (two when the tile's first
+              // global row is not a multiple of 8).
+              float* dst = args.dq_accum + dq_accum_offset(q_row0 + row, h, dq_d0 + 2 * t, p.heads, p.head_dim);
 #pragma unroll
               for (int f = 0; f < kDqNF; ++f)
                 if (!kGuarded || dq_d0 + 8 * f + 2 * t < head_dim)
-                  atomic_add2(dst + 8 * f, acc[mf][f][2 * half], acc[mf][f][2 * half + 1]);
+                  atomic_add2(dst + 64 * f, acc[mf][f][2 * half], acc[mf][f][2 * half + 1]);
             }
         };
         if (!kGeneral && dq_full)

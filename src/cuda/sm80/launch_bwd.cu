@@ -22,7 +22,7 @@ void launch_bwd(const BwdProblem& p, int64_t smem_optin, cudaStream_t stream) {
   Workspace dsum(size_t(rows) * sizeof(float), stream);
   args.dsum = dsum.as<float>();
   const bool atomics = !p.deterministic && rows > 0;
-  const size_t accum_bytes = atomics ? size_t(rows * p.head_dim) * sizeof(float) : 0;
+  const size_t accum_bytes = atomics ? size_t(dq_accum_elems(p.total_q, p.heads, p.head_dim)) * sizeof(float) : 0;
   Workspace dq_accum(accum_bytes, stream);
   if (atomics) args.dq_accum = dq_accum.as<float>();
   dtype_switch(p.dtype, [&](auto tag) {
