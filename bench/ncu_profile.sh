@@ -4,11 +4,12 @@
 # rate, occupancy, instruction mix. For the "where do the cycles go" question of docs/kernels.md. Runs on
 # the GPU machine after scripts/stage-gpu.sh (needs .gpu/bin.tgz and PyTorch).
 #
-# Usage: OUT=dir bench/ncu_profile.sh [MODE:DIM ...]     (default: bwd:64 fwd:128)
-#   MODE is fwd or bwd, DIM the head dim (bf16, not causal, FlashAttention's convention at S = 2048:
-#   H = 2048 / DIM, B = 8). Writes $OUT/ncu_{ours,fa2}_MODE_dDIM.txt; with NCU_SOURCE=1 also the whole
-#   section set and the per-SASS-instruction table (executed instructions, stall samples) as
-#   $OUT/ncu_*_source.csv.gz, to line up the two kernels' instruction mix and hot spots.
+# Usage: OUT=dir bench/ncu_profile.sh [MODE:DIM[:SEQLEN] ...]     (default: bwd:64 fwd:128)
+#   MODE is fwd or bwd, DIM the head dim, SEQLEN the sequence length (bf16, not causal, H = 2048 / DIM;
+#   default S = 2048 with B = 8, else FlashAttention's convention B = 16384 / S). Writes
+#   $OUT/ncu_{ours,fa2}_MODE_dDIM[_sSEQLEN].txt; with NCU_SOURCE=1 also the whole section set and the
+#   per-SASS-instruction table (executed instructions, stall samples) as $OUT/ncu_*_source.csv.gz, to line
+#   up the two kernels' instruction mix and hot spots.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-ncu-out}
@@ -40,8 +41,8 @@ sdpa="$OUT/sdpa_flash_call.py"
 printf '%s\n' \
   'import sys, torch' \
   'from torch.nn.attention import SDPBackend, sdpa_kernel' \
-  'd, mode = int(sys.argv[1]), sys.argv[2]' \
-  'q, k, v = (torch.randn(8, 2048 // d, 2048, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))' \
+  'd, mode, s, b = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])' \
+  'q, k, v = (torch.randn(b, 2048 // d, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))' \
   'with sdpa_kernel(SDPBackend.FLASH_ATTENTION):' \
   '    out = torch.nn.functional.scaled_dot_product_attention(q, k, v)' \
   '    if mode == "bwd":' \
@@ -49,9 +50,13 @@ printf '%s\n' \
   'torch.cuda.synchronize()' >"$sdpa"
 
 for problem in "${problems[@]}"; do
-  mode=${problem%%:*} dim=${problem#*:}
+  IFS=: read -r mode dim seqlen <<<"$problem"
+  seqlen=${seqlen:-2048}
+  batch=$((seqlen == 2048 ? 8 : 16384 / seqlen))
+  name="${mode}_d$dim"
+  [ "$seqlen" = 2048 ] || name="${name}_s$seqlen"
   if [ "$mode" = bwd ]; then ours=bwd_tiled_kernel fa2=flash_bwd_dq_dk_dv; else ours=fwd_kernel fa2=flash_fwd_kernel; fi
-  profile "ours_${mode}_d$dim" "$ours" .gpu/bin/flashattn-bench --device cuda --impl cuda_sm80 --batch 8 --seqlen 2048 \
-    --dtype bf16 --no-check --iters 1 --warmup 0 --mode "$mode" --heads $((2048 / dim)) --dim "$dim"
-  profile "fa2_${mode}_d$dim" "$fa2" python3 "$sdpa" "$dim" "$mode"
+  profile "ours_$name" "$ours" .gpu/bin/flashattn-bench --device cuda --impl cuda_sm80 --batch "$batch" \
+    --seqlen "$seqlen" --dtype bf16 --no-check --iters 1 --warmup 0 --mode "$mode" --heads $((2048 / dim)) --dim "$dim"
+  profile "fa2_$name" "$fa2" python3 "$sdpa" "$dim" "$mode" "$seqlen" "$batch"
 done

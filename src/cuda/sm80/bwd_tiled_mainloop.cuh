@@ -41,7 +41,12 @@ struct BwdTiled {
   // without spills on sm_90a everywhere but the general instance at D = 128 (60 bytes) and D = 256 (72
   // bytes feature-free, 12 general); at D = 160 and 224 every warp tile is one fragment tall anyway.
   static constexpr bool kPairs = !(kHeadDim == 256 || (kGeneral && kHeadDim == 128));
-  static constexpr int kSdpChunkMF = kPairs && (kSdpM / 16) % 2 == 0 ? 2 : 1;
+  // The feature-free instance at D <= 64 takes phase 1's whole 64 x 32 warp tile at once, as FA2: a group
+  // reloads the B operands (K, V), so two groups of 32 rows issued 16 more ldmatrix per warp-step, and the
+  // D = 64 backward stalled on the shared-memory queue (MIO throttle 12% of the samples, FA2 5%). It
+  // spills 44 bytes (sm_90a, loop invariants reloaded once per step) and measured 2-5% faster than two
+  // groups over the D = 64 sweep (bench/NOTES.md, version 8).
+  static constexpr int kSdpChunkMF = kHeadDim <= 64 && !kGeneral ? kSdpM / 16 : kPairs && (kSdpM / 16) % 2 == 0 ? 2 : 1;
   static constexpr int kDqChunkMF = kPairs && (kDqM / 16) % 2 == 0 ? 2 : 1;
   static_assert((kSdpM / 16) % kSdpChunkMF == 0 && (kDqM / 16) % kDqChunkMF == 0, "whole groups of fragments");
 
