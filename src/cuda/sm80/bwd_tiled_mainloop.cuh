@@ -43,10 +43,16 @@ struct BwdTiled {
   static constexpr bool kPairs = !(kHeadDim == 256 || (kGeneral && kHeadDim == 128));
   // The feature-free instance at D <= 64 takes phase 1's whole 64 x 32 warp tile at once, as FA2: a group
   // reloads the B operands (K, V), so two groups of 32 rows issued 16 more ldmatrix per warp-step, and the
-  // D = 64 backward stalled on the shared-memory queue (MIO throttle 12% of the samples, FA2 5%). It
-  // spills 44 bytes (sm_90a, loop invariants reloaded once per step) and measured 2-5% faster than two
-  // groups over the D = 64 sweep (bench/NOTES.md, version 8).
-  static constexpr int kSdpChunkMF = kHeadDim <= 64 && !kGeneral ? kSdpM / 16 : kPairs && (kSdpM / 16) % 2 == 0 ? 2 : 1;
+  // D = 64 backward stalled on the shared-memory queue (MIO throttle 12% of the samples, FA2 5%). On
+  // sm_90a it spills 44 bytes (loop invariants reloaded once per step) and measured 2-5% faster than two
+  // groups over the D = 64 sweep (bench/NOTES.md, version 8). The sm_80 build spills 136 bytes inside the
+  // loop with it and could not be measured (no A100 here), so it keeps two groups.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  static constexpr bool kWholeSdpTile = false;
+#else
+  static constexpr bool kWholeSdpTile = kHeadDim <= 64 && !kGeneral;
+#endif
+  static constexpr int kSdpChunkMF = kWholeSdpTile ? kSdpM / 16 : kPairs && (kSdpM / 16) % 2 == 0 ? 2 : 1;
   static constexpr int kDqChunkMF = kPairs && (kDqM / 16) % 2 == 0 ? 2 : 1;
   static_assert((kSdpM / 16) % kSdpChunkMF == 0 && (kDqM / 16) % kDqChunkMF == 0, "whole groups of fragments");
 
