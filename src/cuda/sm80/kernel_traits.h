@@ -58,7 +58,8 @@ struct FwdTile {
 // the same warp tile (16 rows x 64 keys), so that two CTAs share an SM: while one waits at a barrier or
 // in the softmax the other issues MMAs. Nsight Compute put FlashAttention-2's D = 256 forward (this
 // shape, two CTAs per SM) at IPC 1.26 against 1.14 for 128 x 64 with 8 warps, on the same instruction
-// count (bench/NOTES.md, version 6). D = 192 and 224 spilled in this shape until version 7.
+// count (bench/NOTES.md, version 6). D = 192 and 224 spilled in this shape until version 7; since, the
+// pairing measured faster than 128 rows at every point of D = 192, 224 and 256 (version 7).
 constexpr bool has_paired_fwd(int bucket, bool general) { return !general && bucket >= 160; }
 constexpr FwdTile fwd_tile(int bucket, bool general = true, bool paired = false) {
   if (bucket <= 64) return FwdTile{bucket, 128, general ? 64 : 128, 4, 2, general};
