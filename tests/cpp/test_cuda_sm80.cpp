@@ -128,7 +128,7 @@ TEST(CudaSm80Layout, TileConfigurationsFitSm80) {
 }
 
 // The paired forward tile: half the rows and warps of the wide one with the same warp tile, chosen only
-// for the feature-free kernel of D = 160 and 256 on sm_90+ devices that hold two of its CTAs per SM.
+// for the feature-free kernel of D >= 160 on sm_90+ devices that hold two of its CTAs per SM.
 TEST(CudaSm80Layout, PairedForwardTileRule) {
   constexpr int64_t kSm90PerSm = 228 * 1024, kSm80PerSm = 164 * 1024;
   for (int d : sm80::kHeadDimBuckets) {
