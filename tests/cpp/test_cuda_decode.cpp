@@ -59,67 +59,77 @@ TEST(CudaDecodeHost, FastDivmodMatchesDivision) {
 
 // The kernel's two-step addressing (every block-table entry of a tile first, then the offsets) against
 // common/kvcache.h's cache_offset, for every position of paged caches of many page sizes (with padded
-// strides and a shuffled block table) and of a contiguous cache selected through a cache row.
+// strides and a shuffled block table) and of a contiguous cache selected through a cache row. Paged
+// caches whose K and V share strides take the compact path (one byte offset for both), the others the
+// general one.
 TEST(CudaDecodeHost, CacheRowsMatchCacheOffset) {
   namespace fd = flashattn::detail;
   std::mt19937 rng(9);
-  for (int64_t page : {0, 1, 2, 3, 7, 8, 16, 33, 64, 96, 256, 1000}) {
-    const int64_t heads_k = 3, batch = 2;
-    const int64_t capacity = page ? (2100 + page - 1) / page * page : 2100;
-    fd::KVCacheProblem p;
-    p.batch = batch;
-    p.heads_k = heads_k;
-    fd::CacheView& c = p.cache;
-    // Strides padded past the dense layout (row, head) and different for K and V.
-    c.k_head_stride = 136;
-    c.v_head_stride = 144;
-    c.k_row_stride = heads_k * 136 + 8;
-    c.v_row_stride = heads_k * 144 + 16;
-    std::vector<int32_t> table;
-    if (page) {
-      const int64_t pages = capacity / page;
-      c.page_size = page;
-      c.num_blocks = batch * pages + 5;
-      c.k_batch_stride = page * c.k_row_stride + 24;
-      c.v_batch_stride = page * c.v_row_stride + 40;
-      std::vector<int32_t> blocks(size_t(c.num_blocks));
-      for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = int32_t(i);
-      std::shuffle(blocks.begin(), blocks.end(), rng);
-      c.block_table_stride = pages + 3;  // rows of the table padded too
-      table.assign(size_t(batch * c.block_table_stride), -1);
-      for (int64_t b = 0; b < batch; ++b)
-        for (int64_t i = 0; i < pages; ++i) table[size_t(b * c.block_table_stride + i)] = blocks[size_t(b * pages + i)];
-      c.block_table = table.data();
-    } else {
-      c.batches = 4;
-      c.k_batch_stride = capacity * c.k_row_stride + 8;
-      c.v_batch_stride = capacity * c.v_row_stride + 16;
-    }
-    c.capacity = capacity;
-    const std::vector<int32_t> batch_idx = {3, 1};
-    if (!page) p.cache_batch_idx = batch_idx.data();
-    const dec::FastDivmod divisor = dec::make_fast_divmod(page ? uint32_t(page) : 1u);
-    for (int64_t b = 0; b < batch; ++b) {
-      const fd::CacheSeq seq = fd::cache_seq(p, b);
-      for (int64_t hk = 0; hk < heads_k; ++hk) {
-        const dec::CacheRows rows = dec::make_cache_rows(p, seq, b, hk, divisor);
-        ASSERT_EQ(rows.paged(), page != 0);
-        for (int pos = 0; pos < capacity; ++pos) {
-          const int32_t block = rows.paged() ? rows.block_of(pos) : 0;
-          int64_t k_off = 0, v_off = 0;
-          rows.offsets(pos, block, &k_off, &v_off);
-          const int64_t k_ref = fd::cache_offset(c, seq, b, pos, hk, false);
-          const int64_t v_ref = fd::cache_offset(c, seq, b, pos, hk, true);
-          if (k_off != k_ref || v_off != v_ref) {
-            ADD_FAILURE() << "page " << page << " b " << b << " hk " << hk << " pos " << pos << ": (" << k_off << ", "
-                          << v_off << "), cache_offset (" << k_ref << ", " << v_ref << ")";
-            return;
+  for (bool same_strides : {false, true})
+    for (int64_t page : {0, 1, 2, 3, 7, 8, 16, 33, 64, 96, 256, 1000}) {
+      const int64_t heads_k = 3, batch = 2;
+      const int64_t capacity = page ? (2100 + page - 1) / page * page : 2100;
+      fd::KVCacheProblem p;
+      p.batch = batch;
+      p.heads_k = heads_k;
+      fd::CacheView& c = p.cache;
+      // Strides padded past the dense layout (row, head), different for K and V unless same_strides.
+      c.k_head_stride = 136;
+      c.v_head_stride = same_strides ? 136 : 144;
+      c.k_row_stride = heads_k * 136 + 8;
+      c.v_row_stride = same_strides ? c.k_row_stride : heads_k * 144 + 16;
+      std::vector<int32_t> table;
+      if (page) {
+        const int64_t pages = capacity / page;
+        c.page_size = page;
+        c.num_blocks = batch * pages + 5;
+        c.k_batch_stride = page * c.k_row_stride + 24;
+        c.v_batch_stride = same_strides ? c.k_batch_stride : page * c.v_row_stride + 40;
+        std::vector<int32_t> blocks(size_t(c.num_blocks));
+        for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = int32_t(i);
+        std::shuffle(blocks.begin(), blocks.end(), rng);
+        c.block_table_stride = pages + 3;  // rows of the table padded too
+        table.assign(size_t(batch * c.block_table_stride), -1);
+        for (int64_t b = 0; b < batch; ++b)
+          for (int64_t i = 0; i < pages; ++i)
+            table[size_t(b * c.block_table_stride + i)] = blocks[size_t(b * pages + i)];
+        c.block_table = table.data();
+      } else {
+        c.batches = 4;
+        c.k_batch_stride = capacity * c.k_row_stride + 8;
+        c.v_batch_stride = capacity * c.v_row_stride + 16;
+      }
+      c.capacity = capacity;
+      const std::vector<int32_t> batch_idx = {3, 1};
+      if (!page) p.cache_batch_idx = batch_idx.data();
+      const dec::FastDivmod divisor = dec::make_fast_divmod(page ? uint32_t(page) : 1u);
+      for (int64_t b = 0; b < batch; ++b) {
+        const fd::CacheSeq seq = fd::cache_seq(p, b);
+        for (int64_t hk = 0; hk < heads_k; ++hk) {
+          const dec::CacheRows rows = dec::make_cache_rows(p, seq, b, hk, divisor);
+          ASSERT_EQ(rows.paged(), page != 0);
+          ASSERT_EQ(rows.compact_paging, page != 0 && same_strides);
+          for (int pos = 0; pos < capacity; ++pos) {
+            const int32_t block = rows.paged() ? rows.block_of(pos) : 0;
+            int64_t k_off = 0, v_off = 0;
+            rows.offsets(pos, block, &k_off, &v_off);
+            if (rows.compact_paging) {  // the loader's byte offsets, in elements
+              const uint32_t in_page = uint32_t(pos % page) * uint32_t(rows.row_bytes);
+              k_off = (2 * rows.k_head + int64_t(rows.compact_row_bytes(block, in_page))) / 2;
+              v_off = (2 * rows.v_head + int64_t(rows.compact_row_bytes(block, in_page))) / 2;
+            }
+            const int64_t k_ref = fd::cache_offset(c, seq, b, pos, hk, false);
+            const int64_t v_ref = fd::cache_offset(c, seq, b, pos, hk, true);
+            if (k_off != k_ref || v_off != v_ref) {
+              ADD_FAILURE() << "page " << page << " b " << b << " hk " << hk << " pos " << pos << ": (" << k_off << ", "
+                            << v_off << "), cache_offset (" << k_ref << ", " << v_ref << ")";
+              return;
+            }
+            if (rows.paged()) ASSERT_EQ(rows.page_index(pos), uint32_t(pos / page));
           }
-          if (rows.paged()) ASSERT_EQ(rows.page_index(pos), uint32_t(pos / page));
         }
       }
     }
-  }
 }
 
 TEST(CudaDecodeHost, RowShapes) {
@@ -167,7 +177,7 @@ TEST(CudaDecodeHost, SplitHeuristic) {
   in.max_keys = 32768;
   // one wave of resident blocks: 132 * 2 / 8 = 33 splits
   EXPECT_EQ(dec::choose_num_splits(in), 33);
-  // a streaming call (contiguous, one row per warp) takes one block per SM: 132 / 8 = 16
+  // a streaming call (one packed row per warp) takes one block per SM: 132 / 8 = 16
   in.streaming = true;
   EXPECT_EQ(dec::choose_num_splits(in), 16);
   in.streaming = false;
@@ -342,8 +352,8 @@ TEST(CudaDecode, PageSizes) {
 
 // One split over thousands of keys, so that every pipeline (2 to 4 stages) wraps its ring of buffers
 // many times, for the row shapes of head dims 64, 128 and 256, on paged caches (page sizes that do and
-// do not divide a tile, with leftpad: the block-table entries of a tile are read before its copies, and
-// the next tile's prefetched) and a contiguous one.
+// do not divide a tile, with leftpad: the block-table entries of a tile are read one tile ahead of its
+// copies, and the lines of the tile after that prefetched) and a contiguous one.
 TEST(CudaDecode, LongSplitsWrapThePipeline) {
   FA_SKIP_WITHOUT_GPU("cuda_decode");
   struct Case {
@@ -488,6 +498,46 @@ TEST(CudaDecode, GraphCaptureReplayMatchesDirectCall) {
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
+}
+
+// A paged V cache with padded rows (strides unlike K's) goes through the tile loader's general paged
+// path, K and V with equal strides through the compact one (cache_rows.h): the same values, with a new
+// token appended through each and the same split count, give bitwise the same outputs and appended
+// rows; the general path's outputs also match the oracle. (DeviceCall passes no cache_leftpad or
+// cache_batch_idx: the configurations use neither.)
+TEST(CudaDecode, PagedKvWithDifferentStridesMatchesCompactPath) {
+  FA_SKIP_WITHOUT_GPU("cuda_decode");
+  for (auto [page, head_dim] : {std::pair<int64_t, int64_t>{16, 128}, {7, 256}, {3, 64}}) {
+    KVConfig cfg = decode_config(32, 8, head_dim, 1, 1022 / page * page, {1000, 0, 513});
+    cfg.page_size = page;
+    cfg.num_splits = 3;  // the same split count for both layouts (the heuristic may differ between them)
+    const KVInputs in = make_kv_inputs(cfg, 70 + uint64_t(page + head_dim));
+    DeviceCall compact(in);
+    flashattn::forward_kvcache(compact.params, nullptr);
+    device_synchronize(Device::cuda(0));
+    const KVOutputs expected = compact.download();
+
+    const std::vector<int64_t>& shape = in.v_cache.shape();  // (num_blocks, page, heads_k, head_dim)
+    const int64_t rows = shape[0] * shape[1] * shape[2], dim = shape[3], padded_dim = dim + 8;
+    HostTensor padded(in.v_cache.dtype(), {shape[0], shape[1], shape[2], padded_dim});
+    padded.fill(0.0);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t d = 0; d < dim; ++d) padded.set(r * padded_dim + d, in.v_cache.get(r * dim + d));
+    const DeviceTensor v_padded(padded, Device::cuda(0));
+    DeviceCall general(in);
+    general.params.v_cache = v_padded.view();
+    general.params.v_cache.shape[3] = dim;  // the strides stay those of the padded rows
+    flashattn::forward_kvcache(general.params, nullptr);
+    device_synchronize(Device::cuda(0));
+    KVOutputs got = general.download();
+    const HostTensor v_after = v_padded.download();  // the appended token went into the padded cache
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t d = 0; d < dim; ++d) got.v_cache.set(r * dim + d, v_after.get(r * padded_dim + d));
+    EXPECT_TRUE(same_bytes(got.out, expected.out)) << "page " << page;
+    EXPECT_TRUE(same_bytes(got.lse, expected.lse)) << "page " << page;
+    EXPECT_TRUE(same_bytes(got.v_cache, expected.v_cache)) << "page " << page;
+    expect_outputs_match(cfg, got, kv_oracle(in));
+  }
 }
 
 #else

@@ -4,7 +4,7 @@
 
 namespace flashattn::detail::cuda::decode {
 
-template KernelShape prepare_attention_for<64>(DType, RowShape, int);
+template KernelShape prepare_attention_for<64>(DType, RowShape, bool, int);
 template void launch_attention_for<64>(DType, RowShape, const KVCacheProblem&, const DecodeArgs&, int64_t,
                                        cudaStream_t);
 

@@ -114,7 +114,10 @@ __device__ __forceinline__ void combine_if_last(const KVCacheProblem& p, const D
     combine_split_row<T, true>(p, a, (b * p.heads_k + hk) * a.rows + m0 + r, weights, lane);
 }
 
-template <typename T, typename Tile>
+// kPaged: the cache is paged (p.cache.block_table set). Separate instances keep each loop to its own
+// loader: with the paged paths in the same loop, the D = 64 contiguous row of the decode bench ran 10%
+// slower than before them; separated, 4% (bench/NOTES.md, decode v7).
+template <typename T, typename Tile, bool kPaged>
 __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
     decode_attention_kernel(const KVCacheProblem p, const DecodeArgs a) {
   static_assert(sizeof(T) == 2, "tensor-core path: 16-bit storage types only");
@@ -157,13 +160,18 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
 
   const CacheRows cache_rows = make_cache_rows(p, seq, b, hk, a.page);
   const int leftpad = int(seq.leftpad);
+  // A paged cache's entries of the next tile to copy (tile_loader.cuh: read one tile ahead).
+  PageEntries<Tile> entries;
+  if (kPaged && tile_lo < tile_hi) fetch_page_entries<Tile>(cache_rows, leftpad, tile_lo, kv_begin, kv_end, entries);
   load_q_tile<Tile>(p, a, b, hk, m0, q_smem);
 #pragma unroll
   for (int s = 0; s < stages - 1; ++s) {
     if (tile_lo + s < tile_hi)
-      load_kv_tile<Tile>(p, cache_rows, leftpad, tile_lo + s, kv_begin, kv_end, k_smem + s * Tile::kTileElems,
-                         v_smem + s * Tile::kTileElems);
+      load_kv_tile<Tile, kPaged>(p, cache_rows, leftpad, tile_lo + s, kv_begin, kv_end, entries,
+                                 k_smem + s * Tile::kTileElems, v_smem + s * Tile::kTileElems);
     ptx::cp_async_commit();
+    if (kPaged && tile_lo + s + 1 < tile_hi)
+      fetch_page_entries<Tile>(cache_rows, leftpad, tile_lo + s + 1, kv_begin, kv_end, entries);
   }
 
   // The two rows of this thread (warp_attention.cuh); padding rows past a.rows act as the last row.
@@ -188,9 +196,12 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
     __syncthreads();
     const int ahead = tile + stages - 1;
     if (ahead < tile_hi)
-      load_kv_tile<Tile>(p, cache_rows, leftpad, ahead, kv_begin, kv_end, k_smem + fill_buf * Tile::kTileElems,
-                         v_smem + fill_buf * Tile::kTileElems);
+      load_kv_tile<Tile, kPaged>(p, cache_rows, leftpad, ahead, kv_begin, kv_end, entries,
+                                 k_smem + fill_buf * Tile::kTileElems, v_smem + fill_buf * Tile::kTileElems);
     ptx::cp_async_commit();
+    // The entries of the tile copied next iteration: their loads are in flight during this tile's math.
+    if (kPaged && ahead + 1 < tile_hi)
+      fetch_page_entries<Tile>(cache_rows, leftpad, ahead + 1, kv_begin, kv_end, entries);
     const int n0 = tile * Tile::kBlockN;
     const bool full = n0 >= all_begin && n0 + Tile::kBlockN <= all_end;
     attend_tile<Tile, T>(q_smem, k_smem + read_buf * Tile::kTileElems, v_smem + read_buf * Tile::kTileElems, n0, full,

@@ -1,8 +1,9 @@
 #pragma once
 
 // Host launch code of the attention kernel for one head-dim bucket, included by attention_d64.cu,
-// attention_d128.cu and attention_d256.cu (one bucket each, so the eight instantiations of a bucket
-// compile in their own translation unit). Instantiations: 3 buckets x 4 row shapes x 2 dtypes = 24 kernels.
+// attention_d128.cu and attention_d256.cu (one bucket each, so the sixteen instantiations of a bucket
+// compile in their own translation unit). Instantiations: 3 buckets x 4 row shapes x 2 dtypes x contiguous or
+// paged = 48 kernels.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -48,11 +49,11 @@ void with_tile(DType dtype, RowShape shape, F&& f) {
 }
 
 // Opts the kernel into its shared memory on `device` and reads its occupancy, once per device.
-template <typename T, typename Tile>
+template <typename T, typename Tile, bool kPaged>
 KernelShape prepare_kernel(int device) {
   static std::mutex mutex;
   static std::map<int, int> blocks_per_sm;  // per device
-  const auto kernel = decode_attention_kernel<T, Tile>;
+  const auto kernel = decode_attention_kernel<T, Tile, kPaged>;
   std::lock_guard<std::mutex> lock(mutex);
   auto it = blocks_per_sm.find(device);
   if (it == blocks_per_sm.end()) {
@@ -65,10 +66,12 @@ KernelShape prepare_kernel(int device) {
 }
 
 template <int kHeadDim>
-KernelShape prepare_attention_for(DType dtype, RowShape shape, int device) {
+KernelShape prepare_attention_for(DType dtype, RowShape shape, bool paged, int device) {
   KernelShape out;
   with_tile<kHeadDim>(dtype, shape, [&](auto type, auto tile) {
-    out = prepare_kernel<typename decltype(type)::type, typename decltype(tile)::type>(device);
+    using T = typename decltype(type)::type;
+    using Tile = typename decltype(tile)::type;
+    out = paged ? prepare_kernel<T, Tile, true>(device) : prepare_kernel<T, Tile, false>(device);
   });
   return out;
 }
@@ -79,8 +82,9 @@ void launch_attention_for(DType dtype, RowShape shape, const KVCacheProblem& p, 
   with_tile<kHeadDim>(dtype, shape, [&](auto type, auto tile) {
     using T = typename decltype(type)::type;
     using Tile = typename decltype(tile)::type;
-    decode_attention_kernel<T, Tile>
-        <<<grid_1d(blocks, "cuda_decode attention"), Tile::kThreads, Tile::kSmemBytes, stream>>>(p, a);
+    const auto kernel =
+        p.cache.paged() ? decode_attention_kernel<T, Tile, true> : decode_attention_kernel<T, Tile, false>;
+    kernel<<<grid_1d(blocks, "cuda_decode attention"), Tile::kThreads, Tile::kSmemBytes, stream>>>(p, a);
     FA_CUDA_CHECK_LAUNCH("cuda_decode attention");
   });
 }

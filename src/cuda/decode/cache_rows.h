@@ -5,10 +5,9 @@
 // the block table) and what depends on the position. Plain C++ (FA_HD), so the host tests can check it
 // against cache_offset for every position.
 //
-// A paged position costs a block-table read. The tile loader reads the entries of all the rows it copies
-// first, as independent loads, and only then issues the copies (block_of, then offsets): a tile costs one
-// memory round trip instead of one per row, because the cp.async instructions carry a memory clobber that
-// keeps the compiler from moving a later row's table read above an earlier row's copy.
+// A paged position costs a block-table read. The kernel reads the entries of all the rows a thread
+// copies in a tile as independent loads, one tile ahead of the tile's copies (tile_loader.cuh,
+// fetch_page_entries), so no copy waits on a table read.
 
 #include <cstdint>
 
@@ -26,6 +25,11 @@ struct CacheRows {
   int64_t k_seq = 0, v_seq = 0;    // contiguous: cache_row * batch stride
   const int32_t* table = nullptr;  // paged: this sequence's row of block_table, else nullptr
   FastDivmod page;                 // paged: division by page_size
+  // Paged, the usual layout: K and V share their page and row strides, a page is less than 2 GB and
+  // so is page_size rows. Then a row's byte offset is entry * page_bytes + in_page * row_bytes in 32-bit
+  // factors, the same for K and V (the tile loader's short path).
+  bool compact_paging = false;
+  int32_t page_bytes = 0, row_bytes = 0;  // compact_paging: the page and row strides in bytes
 
   FA_HD bool paged() const { return table != nullptr; }
 
@@ -61,9 +65,24 @@ struct CacheRows {
   FA_HD int64_t v_paged_row(int32_t block, uint32_t in_page) const {
     return int64_t(block) * v_batch_stride + int64_t(in_page) * v_row_stride;
   }
+  // compact_paging: the byte offset of a row of page `block` (its position in the page times row_bytes
+  // given as in_page_bytes), the same for K and V; add it to the K or V base and head offset in bytes.
+  // Unsigned 32 x 32 + 64 bits, one multiply-add: the entries of visible rows are page indices >= 0.
+  FA_HD uint64_t compact_row_bytes(int32_t block, uint32_t in_page_bytes) const {
+    return uint64_t(uint32_t(block)) * uint32_t(page_bytes) + in_page_bytes;
+  }
   FA_HD int64_t k_contiguous_row(int64_t pos) const { return k_seq + pos * k_row_stride; }
   FA_HD int64_t v_contiguous_row(int64_t pos) const { return v_seq + pos * v_row_stride; }
 };
+
+// Whether a cache takes the compact paged path (CacheRows::compact_paging): paged, K and V with the same
+// page and row strides, a page's stride and page_size rows each below 2^31 bytes (16-bit elements).
+FA_HD bool uses_compact_paging(const CacheView& c) {
+  constexpr int64_t kLimit = int64_t(1) << 31;
+  return c.block_table != nullptr && c.k_batch_stride == c.v_batch_stride && c.k_row_stride == c.v_row_stride &&
+         c.k_batch_stride >= 0 && c.k_row_stride >= 0 && c.k_batch_stride * 2 < kLimit && c.k_row_stride * 2 < kLimit &&
+         c.page_size * c.k_row_stride * 2 < kLimit;
+}
 
 FA_HD CacheRows make_cache_rows(const KVCacheProblem& p, const CacheSeq& s, int64_t b, int64_t hk,
                                 const FastDivmod& page) {
@@ -78,6 +97,11 @@ FA_HD CacheRows make_cache_rows(const KVCacheProblem& p, const CacheSeq& s, int6
   c.v_seq = s.cache_row * p.cache.v_batch_stride;
   c.table = p.cache.block_table ? p.cache.block_table + b * p.cache.block_table_stride : nullptr;
   c.page = page;
+  c.compact_paging = uses_compact_paging(p.cache);
+  if (c.compact_paging) {
+    c.page_bytes = int32_t(c.k_batch_stride * 2);
+    c.row_bytes = int32_t(c.k_row_stride * 2);
+  }
   return c;
 }
 

@@ -23,15 +23,16 @@ struct KernelShape {
   int blocks_per_sm = 0;  // resident blocks per SM on the device (occupancy)
 };
 
-// Opts the attention kernel of (dtype, head-dim bucket, row shape) into its shared memory on `device`
-// (the current device) and reads its occupancy; both once per device. Must precede launch_attention.
-KernelShape prepare_attention(DType dtype, int bucket, RowShape shape, int device);
+// Opts the attention kernel of (dtype, head-dim bucket, row shape, paged or contiguous cache) into its
+// shared memory on `device` (the current device) and reads its occupancy; both once per device. Must
+// precede launch_attention, which picks the paged instance when p.cache is paged.
+KernelShape prepare_attention(DType dtype, int bucket, RowShape shape, bool paged, int device);
 void launch_attention(DType dtype, int bucket, RowShape shape, const KVCacheProblem& p, const DecodeArgs& a,
                       int64_t blocks, cudaStream_t stream);
 
 // The per-bucket halves of the two functions above.
 template <int kHeadDim>
-KernelShape prepare_attention_for(DType dtype, RowShape shape, int device);
+KernelShape prepare_attention_for(DType dtype, RowShape shape, bool paged, int device);
 template <int kHeadDim>
 void launch_attention_for(DType dtype, RowShape shape, const KVCacheProblem& p, const DecodeArgs& a, int64_t blocks,
                           cudaStream_t stream);

@@ -24,20 +24,21 @@
 #include "cuda/common/device_guard.h"
 #include "cuda/common/launch.h"
 #include "cuda/common/workspace.h"
+#include "cuda/decode/cache_rows.h"
 #include "cuda/decode/decode.h"
 #include "cuda/decode/decode_tile.h"
 #include "cuda/decode/split_heuristic.h"
 
 namespace flashattn::detail::cuda::decode {
 
-KernelShape prepare_attention(DType dtype, int bucket, RowShape shape, int device) {
+KernelShape prepare_attention(DType dtype, int bucket, RowShape shape, bool paged, int device) {
   switch (bucket) {
     case 64:
-      return prepare_attention_for<64>(dtype, shape, device);
+      return prepare_attention_for<64>(dtype, shape, paged, device);
     case 128:
-      return prepare_attention_for<128>(dtype, shape, device);
+      return prepare_attention_for<128>(dtype, shape, paged, device);
     case 256:
-      return prepare_attention_for<256>(dtype, shape, device);
+      return prepare_attention_for<256>(dtype, shape, paged, device);
     default:
       throw Error(Status::internal, "flashattn: cuda_decode: no head-dim bucket " + std::to_string(bucket));
   }
@@ -160,7 +161,7 @@ void run(const KVCacheProblem& p, Stream stream) {
   const int bucket = head_dim_bucket(p.head_dim);
   const RowShape shape = row_shape(rows);
   const DeviceFacts& facts = device_facts(device);
-  const KernelShape ks = prepare_attention(p.dtype, bucket, shape, device);
+  const KernelShape ks = prepare_attention(p.dtype, bucket, shape, p.cache.paged(), device);
 
   DecodeArgs a;
   a.group = int(p.group_size());
@@ -176,7 +177,8 @@ void run(const KVCacheProblem& p, Stream stream) {
   si.rows = std::min<int64_t>(rows, ks.rows);
   si.sm_count = facts.sm_count;
   si.blocks_per_sm = ks.blocks_per_sm;
-  si.streaming = !p.cache.paged() && si.rows <= ks.threads / 32;
+  si.streaming = si.rows <= ks.threads / 32 &&
+                 (!p.cache.paged() || (uses_compact_paging(p.cache) && p.cache.page_size >= kStreamingMinPageSize));
   si.requested = p.num_splits;
   a.num_splits = choose_num_splits(si);
 

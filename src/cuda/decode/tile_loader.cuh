@@ -47,71 +47,66 @@ __device__ __forceinline__ void load_q_tile(const KVCacheProblem& p, const Decod
 // into a valid allocation. (Kept here rather than in cuda/common/ptx.h, which this backend does not own.)
 __device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p)); }
 
-// Issues the copies of K/V tile `tile` (keys [tile * kBlockN, +kBlockN) of the sequence's attended keys,
-// at cache positions leftpad + key) into k_smem/v_smem (no commit). Only keys in [kv_begin, kv_end) are
-// read; the others (outside every row's window, or past the sequence, where a page table entry may be
-// garbage) are zero-filled.
-//
-// Thread t copies chunk c = t % kChunks of rows t / kChunks + pass * (kThreads / kChunks).
-//
-// A contiguous cache holds the rows of one (sequence, kv head) at a fixed stride: a pass adds a
-// constant to the source pointers. Computing each row's address from its position instead (64-bit
-// multiplies, the paged test) cost ~90 instructions per pass (SASS); without it the kernel issues half
-// the instructions at batch 64 x 32k (Nsight Compute, bench/NOTES.md decode v5).
-//
-// A paged cache first reads the block-table entries of all its rows (independent loads: one round trip
-// per tile; cache_rows.h says why they must come first), then issues the copies; and a few threads
-// prefetch the entries of the next tile into L1 so that its reads hit (a 128-byte line holds 32
-// entries: 8 tiles of 64 keys at page size 16, half a tile at page size 1).
-template <typename Tile, typename T>
-__device__ __forceinline__ void load_kv_tile(const KVCacheProblem& p, const CacheRows& rows, int leftpad, int tile,
-                                             int kv_begin, int kv_end, T* k_smem, T* v_smem) {
-  constexpr int kRowsPerPass = Tile::kThreads / Tile::kChunks;
-  constexpr int kPasses = Tile::kBlockN / kRowsPerPass;
-  const T* k = static_cast<const T*>(p.cache.k);
-  const T* v = static_cast<const T*>(p.cache.v);
-  const int c = threadIdx.x % Tile::kChunks;
-  const bool chunk_valid = c < int(p.head_dim / 8);
-  const int row0 = int(threadIdx.x) / Tile::kChunks;
-  const int first_key = tile * Tile::kBlockN + row0;
-  const uint32_t k_base = ptx::smem_addr(k_smem), v_base = ptx::smem_addr(v_smem);
-  // Byte offset of this thread's chunk in pass `pass`'s row (a constant step where kRowsPerPass is a
-  // multiple of the swizzle period, 8).
-  auto dst = [&](int pass) {
-    return uint32_t(swizzled<Tile::kHeadDim>(row0 + pass * kRowsPerPass, c) * int(sizeof(T)));
-  };
-  // Every key of the tile visible: no per-row test (all tiles but the first and last of a range).
-  const bool interior = tile * Tile::kBlockN >= kv_begin && (tile + 1) * Tile::kBlockN <= kv_end;
+// The rows thread t copies in a K/V tile: chunk c = t % kChunks of rows t / kChunks + pass * kRowsPerPass.
+template <typename Tile>
+struct TileRows {
+  static constexpr int kRowsPerPass = Tile::kThreads / Tile::kChunks;
+  static constexpr int kPasses = Tile::kBlockN / kRowsPerPass;
+};
 
-  if (!rows.paged()) {
-    const int64_t pos = int64_t(leftpad) + first_key;
-    const T* k_src = k + rows.k_head + 8 * c + rows.k_contiguous_row(pos);
-    const T* v_src = v + rows.v_head + 8 * c + rows.v_contiguous_row(pos);
-    const int64_t k_step = int64_t(kRowsPerPass) * rows.k_row_stride;
-    const int64_t v_step = int64_t(kRowsPerPass) * rows.v_row_stride;
+// A paged cache's block-table entries of the rows of one tile. The kernel reads them one tile before
+// the tile's copies (fetch_page_entries while the previous tile's math runs), so that the copies never
+// wait on the table.
+//
+// With compact paging (cache_rows.h) each lane reads one key: the warp's threads copy kWarpKeys distinct
+// keys (kRowsPerWarpPass per pass), so lane j < kWarpKeys divides, reads and turns into a byte offset the
+// key of slot j = pass * kRowsPerWarpPass + row, and the copying threads take the offsets by shuffles.
+// Otherwise every thread reads the entries of all its rows (16 of them read the same entry), keeping
+// the rows' positions in their pages except with more than 8 rows per thread (head dim 256 in the
+// 4-warp shape), where 16 more live registers spilled: there the copies divide again. Per tile and
+// thread (D = 128, 4 warps, SASS) the per-row way cost ~100 instructions for the entries and ~145 for the
+// copies, the contiguous loader ~150 for its copies; with one block per SM a warp alone on its
+// scheduler issues all of them between its tiles (bench/NOTES.md, decode v7).
+template <typename Tile>
+struct PageEntries {
+  static constexpr int kRowsPerWarpPass = 32 / Tile::kChunks;
+  static constexpr int kWarpKeys = TileRows<Tile>::kPasses * kRowsPerWarpPass;
+  static_assert(32 % Tile::kChunks == 0 && kWarpKeys <= 32, "a warp's keys of one tile fit its lanes");
+  static constexpr bool kKeepInPage = TileRows<Tile>::kPasses <= 8;
+  int32_t block[TileRows<Tile>::kPasses];                       // the row's page (block-table entry)
+  uint32_t in_page[kKeepInPage ? TileRows<Tile>::kPasses : 1];  // the row's position in its page
+};
+
+// Issues the reads of the block-table entries of tile `tile` into e (paged caches only; independent
+// loads, consumed by load_kv_tile one iteration later). Keys outside [kv_begin, kv_end) read nothing
+// (past the sequence an entry may be garbage) and count as entry 0; their rows are zero-filled by the
+// copies. A few threads also prefetch into L1 the table lines of the tile after this one, so that its
+// reads hit (a 128-byte line holds 32 entries: 8 tiles of 64 keys at page size 16, half a tile at page
+// size 1).
+template <typename Tile>
+__device__ __forceinline__ void fetch_page_entries(const CacheRows& rows, int leftpad, int tile, int kv_begin,
+                                                   int kv_end, PageEntries<Tile>& e) {
+  using R = TileRows<Tile>;
+  using E = PageEntries<Tile>;
+  if (rows.compact_paging) {
+    const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
+    const int slot = lane % E::kWarpKeys;
+    const int key = tile * Tile::kBlockN + warp * E::kRowsPerWarpPass + slot % E::kRowsPerWarpPass +
+                    (slot / E::kRowsPerWarpPass) * R::kRowsPerPass;
+    uint32_t index, in_page;
+    rows.page.divmod(uint32_t(leftpad + key), &index, &in_page);
+    e.block[0] = key >= kv_begin && key < kv_end ? rows.table[index] : 0;
+    e.in_page[0] = in_page * uint32_t(rows.row_bytes);
+  } else {
+    const int first_key = tile * Tile::kBlockN + int(threadIdx.x) / Tile::kChunks;
 #pragma unroll
-    for (int pass = 0; pass < kPasses; ++pass) {
-      const int key = first_key + pass * kRowsPerPass;
-      // A zero-filling copy reads nothing; it still gets the cache's own base address as its source.
-      const bool valid = chunk_valid && (interior || (key >= kv_begin && key < kv_end));
-      ptx::cp_async_16(k_base + dst(pass), valid ? k_src : k, valid);
-      ptx::cp_async_16(v_base + dst(pass), valid ? v_src : v, valid);
-      k_src += k_step;
-      v_src += v_step;
+    for (int pass = 0; pass < R::kPasses; ++pass) {
+      const int key = first_key + pass * R::kRowsPerPass;
+      uint32_t index, in_page;
+      rows.page.divmod(uint32_t(leftpad + key), &index, &in_page);
+      if constexpr (E::kKeepInPage) e.in_page[pass] = in_page;
+      e.block[pass] = key >= kv_begin && key < kv_end ? rows.table[index] : 0;
     }
-    return;
-  }
-
-  // Paged: each row's page entry and position in its page (one division per row), then the copies from
-  // per-thread base pointers (the head and chunk offsets added once, not per row).
-  int32_t block[kPasses];
-  uint32_t in_page[kPasses];
-#pragma unroll
-  for (int pass = 0; pass < kPasses; ++pass) {
-    const int key = first_key + pass * kRowsPerPass;
-    uint32_t index;
-    rows.page.divmod(uint32_t(leftpad + key), &index, &in_page[pass]);
-    block[pass] = key >= kv_begin && key < kv_end ? rows.table[index] : 0;
   }
   if (threadIdx.x < 3) {
     // Entries of the next tile's first key, 32 entries (one line) later, and its last key, each clamped
@@ -125,14 +120,97 @@ __device__ __forceinline__ void load_kv_tile(const KVCacheProblem& p, const Cach
       prefetch_l1(rows.table + page);
     }
   }
+}
+
+// Issues the copies of K/V tile `tile` (keys [tile * kBlockN, +kBlockN) of the sequence's attended keys,
+// at cache positions leftpad + key) into k_smem/v_smem (no commit). Only keys in [kv_begin, kv_end) are
+// read; the others (outside every row's window, or past the sequence) are zero-filled. `e` holds the
+// tile's page entries (fetch_page_entries) for a paged cache and is ignored otherwise.
+//
+// A contiguous cache holds the rows of one (sequence, kv head) at a fixed stride: a pass adds a
+// constant to the source pointers. Computing each row's address from its position instead (64-bit
+// multiplies, the paged test) cost ~90 instructions per pass (SASS); without it the kernel issues half
+// the instructions at batch 64 x 32k (Nsight Compute, bench/NOTES.md decode v5). A paged row adds its
+// page and row offsets (its division by the page size was done with its entry read) to per-thread base
+// pointers that already hold the head and chunk offsets; with compact paging (cache_rows.h) the lane of
+// the row's slot computed its byte offset, the same for K and V, and two shuffles bring it over.
+template <typename Tile, bool kPaged, typename T>
+__device__ __forceinline__ void load_kv_tile(const KVCacheProblem& p, const CacheRows& rows, int leftpad, int tile,
+                                             int kv_begin, int kv_end, const PageEntries<Tile>& e, T* k_smem,
+                                             T* v_smem) {
+  using R = TileRows<Tile>;
+  const T* k = static_cast<const T*>(p.cache.k);
+  const T* v = static_cast<const T*>(p.cache.v);
+  const int c = threadIdx.x % Tile::kChunks;
+  const bool chunk_valid = c < int(p.head_dim / 8);
+  const int row0 = int(threadIdx.x) / Tile::kChunks;
+  const int first_key = tile * Tile::kBlockN + row0;
+  const uint32_t k_base = ptx::smem_addr(k_smem), v_base = ptx::smem_addr(v_smem);
+  // Byte offset of this thread's chunk in pass `pass`'s row (a constant step where kRowsPerPass is a
+  // multiple of the swizzle period, 8).
+  auto dst = [&](int pass) {
+    return uint32_t(swizzled<Tile::kHeadDim>(row0 + pass * R::kRowsPerPass, c) * int(sizeof(T)));
+  };
+  // Every key of the tile visible: no per-row test (all tiles but the first and last of a range).
+  const bool interior = tile * Tile::kBlockN >= kv_begin && (tile + 1) * Tile::kBlockN <= kv_end;
+
+  if constexpr (!kPaged) {
+    const int64_t pos = int64_t(leftpad) + first_key;
+    const T* k_src = k + rows.k_head + 8 * c + rows.k_contiguous_row(pos);
+    const T* v_src = v + rows.v_head + 8 * c + rows.v_contiguous_row(pos);
+    const int64_t k_step = int64_t(R::kRowsPerPass) * rows.k_row_stride;
+    const int64_t v_step = int64_t(R::kRowsPerPass) * rows.v_row_stride;
+#pragma unroll
+    for (int pass = 0; pass < R::kPasses; ++pass) {
+      const int key = first_key + pass * R::kRowsPerPass;
+      // A zero-filling copy reads nothing; it still gets the cache's own base address as its source.
+      const bool valid = chunk_valid && (interior || (key >= kv_begin && key < kv_end));
+      ptx::cp_async_16(k_base + dst(pass), valid ? k_src : k, valid);
+      ptx::cp_async_16(v_base + dst(pass), valid ? v_src : v, valid);
+      k_src += k_step;
+      v_src += v_step;
+    }
+    return;
+  }
+
+  using E = PageEntries<Tile>;
+  if (rows.compact_paging) {
+    // This lane's slot offset (its entry has arrived by now), then each row's from the lane of its slot.
+    const uint64_t mine = rows.compact_row_bytes(e.block[0], e.in_page[0]);
+    const uint32_t lo = uint32_t(mine), hi = uint32_t(mine >> 32);
+    const int row_in_warp = int(threadIdx.x) % 32 / Tile::kChunks;
+    // Every source address is valid without a select: a key outside the range has entry 0 and a row
+    // inside page 0, and a chunk past the head dim reads from the row's start (neither copies a byte).
+    const char* k_row = reinterpret_cast<const char*>(chunk_valid ? k + rows.k_head + 8 * c : k);
+    const char* v_row = reinterpret_cast<const char*>(chunk_valid ? v + rows.v_head + 8 * c : v);
+#pragma unroll
+    for (int pass = 0; pass < R::kPasses; ++pass) {
+      const int key = first_key + pass * R::kRowsPerPass;
+      const bool valid = chunk_valid && (interior || (key >= kv_begin && key < kv_end));
+      const int slot = pass * E::kRowsPerWarpPass + row_in_warp;
+      const uint64_t offset = uint64_t(__shfl_sync(0xffffffffu, hi, slot)) << 32 | __shfl_sync(0xffffffffu, lo, slot);
+      ptx::cp_async_16(k_base + dst(pass), k_row + offset, valid);
+      ptx::cp_async_16(v_base + dst(pass), v_row + offset, valid);
+    }
+    return;
+  }
+  auto in_page = [&](int pass) {
+    if constexpr (E::kKeepInPage) {
+      return e.in_page[pass];
+    } else {
+      uint32_t index, position;
+      rows.page.divmod(uint32_t(leftpad + first_key + pass * R::kRowsPerPass), &index, &position);
+      return position;
+    }
+  };
   const T* k_chunk = k + rows.k_head + 8 * c;
   const T* v_chunk = v + rows.v_head + 8 * c;
 #pragma unroll
-  for (int pass = 0; pass < kPasses; ++pass) {
-    const int key = first_key + pass * kRowsPerPass;
+  for (int pass = 0; pass < R::kPasses; ++pass) {
+    const int key = first_key + pass * R::kRowsPerPass;
     const bool valid = chunk_valid && (interior || (key >= kv_begin && key < kv_end));
-    const T* k_src = k_chunk + rows.k_paged_row(block[pass], in_page[pass]);
-    const T* v_src = v_chunk + rows.v_paged_row(block[pass], in_page[pass]);
+    const T* k_src = k_chunk + rows.k_paged_row(e.block[pass], in_page(pass));
+    const T* v_src = v_chunk + rows.v_paged_row(e.block[pass], in_page(pass));
     ptx::cp_async_16(k_base + dst(pass), valid ? k_src : k, valid);
     ptx::cp_async_16(v_base + dst(pass), valid ? v_src : v, valid);
   }
