@@ -61,12 +61,13 @@ struct TileRows {
 // With compact paging (cache_rows.h) each lane reads one key: the warp's threads copy kWarpKeys distinct
 // keys (kRowsPerWarpPass per pass), so lane j < kWarpKeys divides, reads and turns into a byte offset the
 // key of slot j = pass * kRowsPerWarpPass + row, and the copying threads take the offsets by shuffles.
-// Otherwise every thread reads the entries of all its rows (16 of them read the same entry), keeping
-// the rows' positions in their pages except with more than 8 rows per thread (head dim 256 in the
-// 4-warp shape), where 16 more live registers spilled: there the copies divide again. Per tile and
-// thread (D = 128, 4 warps, SASS) the per-row way cost ~100 instructions for the entries and ~145 for the
-// copies, the contiguous loader ~150 for its copies; with one block per SM a warp alone on its
-// scheduler issues all of them between its tiles (bench/NOTES.md, decode v7).
+// Otherwise every thread reads the entries of all its rows (the kChunks threads of a row read the same
+// entry), keeping the rows' positions in their pages except with more than 8 rows per thread (head dim
+// 256 in the 4-warp shape), where 16 more live registers spilled: there the copies divide again. Per
+// tile and thread (D = 128, 4 warps, SASS): the per-row way ~100 instructions for the entries and ~290
+// for the copies (~145 with one offset for K and V), the shuffled way ~20 and ~150, the contiguous
+// loader ~150; with one block per SM a warp alone on its scheduler issues all of them between its tiles
+// (bench/NOTES.md, decode v7).
 template <typename Tile>
 struct PageEntries {
   static constexpr int kRowsPerWarpPass = 32 / Tile::kChunks;
