@@ -74,8 +74,10 @@ struct PageEntries {
   static constexpr int kWarpKeys = TileRows<Tile>::kPasses * kRowsPerWarpPass;
   static_assert(32 % Tile::kChunks == 0 && kWarpKeys <= 32, "a warp's keys of one tile fit its lanes");
   static constexpr bool kKeepInPage = TileRows<Tile>::kPasses <= 8;
-  int32_t block[TileRows<Tile>::kPasses];                       // the row's page (block-table entry)
-  uint32_t in_page[kKeepInPage ? TileRows<Tile>::kPasses : 1];  // the row's position in its page
+  // Per row: its page (block-table entry) and its position in the page. With compact paging only [0]
+  // is used, for this lane's key slot, and in_page[0] holds the position times row_bytes.
+  int32_t block[TileRows<Tile>::kPasses];
+  uint32_t in_page[kKeepInPage ? TileRows<Tile>::kPasses : 1];
 };
 
 // Issues the reads of the block-table entries of tile `tile` into e (paged caches only; independent
