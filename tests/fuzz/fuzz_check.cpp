@@ -173,8 +173,16 @@ void compare_slot(const FuzzCall& call, int slot, const FuzzTensor& got, const F
 
 void check_matches_reference(const FuzzCall& call, const FuzzCall& flash, const FuzzCall& reference) {
   const Bounds b = bounds_of(call);
-  for (int s = 0; s < kSlots; ++s)
-    if (call.writes(s)) compare_slot(call, s, flash.tensors[s], reference.tensors[s], tolerance(b, s));
+  // tolerance() is a first-order bound: it holds while the fp32 logit error delta is small. Past delta = 1
+  // (logits beyond ~1e6, e.g. softmax_scale 1e4 on inputs of magnitude 200) a probability recomputed in fp32
+  // can be off by a factor e^delta, and overflow, in any fp32 implementation, flash-attn's included; such
+  // calls are ill-conditioned, and only the outputs that do not go through the softmax are compared.
+  const bool conditioned = b.delta <= 1;
+  for (int s = 0; s < kSlots; ++s) {
+    const bool through_softmax = s != kKCache && s != kVCache;
+    if (call.writes(s) && (conditioned || !through_softmax))
+      compare_slot(call, s, flash.tensors[s], reference.tensors[s], tolerance(b, s));
+  }
 }
 
 }  // namespace fa_fuzz
