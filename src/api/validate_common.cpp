@@ -51,17 +51,19 @@ ScoreParams make_score_params(const ArgChecker& c, const AttentionOptions& o, in
   return s;
 }
 
+int64_t view_stride(const Tensor& t, int dim) { return t.numel() == 0 ? 0 : t.stride[dim]; }
+
 RowsView rows_view(const Tensor& t) {
   RowsView r;
   r.ptr = t.data;
   if (t.ndim == 4) {
-    r.batch_stride = t.stride[0];
-    r.row_stride = t.stride[1];
-    r.head_stride = t.stride[2];
+    r.batch_stride = view_stride(t, 0);
+    r.row_stride = view_stride(t, 1);
+    r.head_stride = view_stride(t, 2);
   } else {
     r.batch_stride = 0;
-    r.row_stride = t.stride[0];
-    r.head_stride = t.stride[1];
+    r.row_stride = view_stride(t, 0);
+    r.head_stride = view_stride(t, 1);
   }
   return r;
 }

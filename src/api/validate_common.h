@@ -19,6 +19,11 @@ void check_heads(const ArgChecker& c, int64_t heads, int64_t heads_k, const char
 ScoreParams make_score_params(const ArgChecker& c, const AttentionOptions& o, int64_t batch, int64_t heads,
                               int64_t head_dim, Device device);
 
+// t.stride[dim] for the views the backends index, or 0 when `t` has no elements: validation does not bound
+// the strides of an empty tensor, and a backend may still compute b * batch_stride + h * head_stride for
+// it (without reading), which must not overflow.
+int64_t view_stride(const Tensor& t, int dim);
+
 // A (rows, heads, dim) view of a 4-dim dense (B, S, H, D) or 3-dim varlen (total, H, D) tensor.
 RowsView rows_view(const Tensor& t);
 

@@ -136,12 +136,12 @@ LseView lse_view(const ArgChecker& c, const Tensor& lse, const FwdProblem& pr, b
     c.tensor(lse, "softmax_lse", 2, "(heads, total_q)");
     c.shape(lse, "softmax_lse", {pr.heads, pr.total_q}, "(heads, total_q)");
     v.batch_stride = 0;
-    v.head_stride = lse.stride[0];
+    v.head_stride = view_stride(lse, 0);
   } else {
     c.tensor(lse, "softmax_lse", 3, "(batch, heads, seqlen_q)");
     c.shape(lse, "softmax_lse", {pr.batch, pr.heads, pr.seqlen_q}, "(batch, heads, seqlen_q)");
-    v.batch_stride = lse.stride[0];
-    v.head_stride = lse.stride[1];
+    v.batch_stride = view_stride(lse, 0);
+    v.head_stride = view_stride(lse, 1);
   }
   c.dtype(lse, "softmax_lse", DType::f32);
   c.device(lse, "softmax_lse", pr.device, "q");

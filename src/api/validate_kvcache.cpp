@@ -154,12 +154,12 @@ KVCacheProblem make_kvcache_problem(const KVCacheParams& p) {
   CacheView& cv = pr.cache;
   cv.k = p.k_cache.data;
   cv.v = p.v_cache.data;
-  cv.k_batch_stride = p.k_cache.stride[0];
-  cv.k_row_stride = p.k_cache.stride[1];
-  cv.k_head_stride = p.k_cache.stride[2];
-  cv.v_batch_stride = p.v_cache.stride[0];
-  cv.v_row_stride = p.v_cache.stride[1];
-  cv.v_head_stride = p.v_cache.stride[2];
+  cv.k_batch_stride = view_stride(p.k_cache, 0);
+  cv.k_row_stride = view_stride(p.k_cache, 1);
+  cv.k_head_stride = view_stride(p.k_cache, 2);
+  cv.v_batch_stride = view_stride(p.v_cache, 0);
+  cv.v_row_stride = view_stride(p.v_cache, 1);
+  cv.v_head_stride = view_stride(p.v_cache, 2);
   if (paged) {
     c.tensor(p.block_table, "block_table", 2, "(batch, max_blocks_per_seq)");
     c.dtype(p.block_table, "block_table", DType::i32);
@@ -171,7 +171,7 @@ KVCacheProblem make_kvcache_problem(const KVCacheParams& p) {
     if (p.cache_batch_idx.present())
       c.fail("cache_batch_idx", "none with a paged cache (block_table selects the pages)", "a tensor");
     cv.block_table = static_cast<const int32_t*>(p.block_table.data);
-    cv.block_table_stride = p.block_table.stride[0];
+    cv.block_table_stride = view_stride(p.block_table, 0);
     cv.page_size = rows1;
     cv.num_blocks = rows0;
     if (__builtin_mul_overflow(p.block_table.shape[1], rows1, &cv.capacity))
@@ -230,8 +230,8 @@ KVCacheProblem make_kvcache_problem(const KVCacheParams& p) {
              std::to_string(r.seqlen) + " rows");
     r.cos = p.rotary_cos.data;
     r.sin = p.rotary_sin.data;
-    r.cos_row_stride = p.rotary_cos.stride[0];
-    r.sin_row_stride = p.rotary_sin.stride[0];
+    r.cos_row_stride = view_stride(p.rotary_cos, 0);
+    r.sin_row_stride = view_stride(p.rotary_sin, 0);
     r.interleaved = p.rotary_interleaved;
   }
 
@@ -249,7 +249,8 @@ KVCacheProblem make_kvcache_problem(const KVCacheParams& p) {
     c.dtype(p.softmax_lse, "softmax_lse", DType::f32);
     c.device(p.softmax_lse, "softmax_lse", pr.device, "q");
     c.no_self_overlap(p.softmax_lse, "softmax_lse");
-    pr.lse = LseView{static_cast<float*>(p.softmax_lse.data), p.softmax_lse.stride[0], p.softmax_lse.stride[1]};
+    pr.lse =
+        LseView{static_cast<float*>(p.softmax_lse.data), view_stride(p.softmax_lse, 0), view_stride(p.softmax_lse, 1)};
   }
   if (pr.device.type == DeviceType::cpu) {
     check_index_values(c, p, pr);

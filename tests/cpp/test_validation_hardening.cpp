@@ -12,6 +12,7 @@
 #include <string>
 
 #include "api/checks.h"
+#include "api/validate_common.h"
 #include "attention_case.h"
 #include "kvcache_case.h"
 
@@ -90,6 +91,27 @@ TEST(ValidationHardening, EmptyOutputWithHugeStridesIsNotAnOverlap) {
   const flashattn::detail::ArgChecker c("test");
   EXPECT_NO_THROW(c.tensor(t, "out", 4, "(batch, seqlen_q, heads, head_dim)"));
   EXPECT_NO_THROW(c.no_self_overlap(t, "out"));
+}
+
+// Found by the C API fuzzer: keys of length 0 whose head stride is 2^62. Such a call is valid (every query
+// sees no key: out 0, LSE +inf), and the backends computed b * batch_stride + h * head_stride for the
+// empty K (signed overflow, never read). Views of a tensor without elements now get zero strides.
+TEST(ValidationHardening, EmptyKeysWithHugeStridesRunOnEveryCpuBackend) {
+  flashattn::Tensor empty = Tensor::strided(nullptr, DType::f32, {2, 0, 4, 16}, {19, 38, int64_t(1) << 62, 1});
+  const flashattn::detail::RowsView view = flashattn::detail::rows_view(empty);
+  EXPECT_EQ(view.batch_stride, 0);
+  EXPECT_EQ(view.row_stride, 0);
+  EXPECT_EQ(view.head_stride, 0);
+  for (const char* backend : {"cpu_reference", "cpu_flash"}) {
+    DenseCall c;
+    c.p.k = Tensor::strided(c.in.k.data(), c.in.cfg.dtype, {2, 0, 2, 16}, {19, 38, int64_t(1) << 62, 1});
+    c.p.v = Tensor::strided(c.in.v.data(), c.in.cfg.dtype, {2, 0, 2, 16}, {7, 3, int64_t(1) << 61, 1});
+    c.p.options.backend = backend;
+    ASSERT_NO_THROW(flashattn::forward(c.p)) << backend;
+    for (int64_t i = 0; i < c.out.numel(); ++i) ASSERT_EQ(c.out.get(i), 0.0) << backend << " out[" << i << "]";
+    for (int64_t i = 0; i < c.lse.numel(); ++i)
+      ASSERT_EQ(c.lse.get(i), std::numeric_limits<double>::infinity()) << backend << " lse[" << i << "]";
+  }
 }
 
 // A valid KV-cache call: by default two new tokens per sequence, contiguous or paged.
