@@ -68,7 +68,11 @@ Tensor convert(const Array& a, const char* function, const char* name) {
 
 }  // namespace
 
-Tensor to_tensor(const InArray& a, const char* function, const char* name) { return convert(a, function, name); }
-Tensor to_tensor(const OutArray& a, const char* function, const char* name) { return convert(a, function, name); }
+Tensor to_tensor(const InArray& a, const char* function, const char* name) {
+  return a.direct ? a.view : convert(a.array, function, name);
+}
+Tensor to_tensor(const OutArray& a, const char* function, const char* name) {
+  return a.direct ? a.view : convert(a.array, function, name);
+}
 
 }  // namespace flashattn::python

@@ -15,7 +15,7 @@ void bind_bf16_view(nb::module_& m) {
   m.def(
       "_bf16_view",
       [](nb::object source) {
-        const InArray bits = nb::cast<InArray>(source);
+        const nb::ndarray<nb::ro> bits = nb::cast<nb::ndarray<nb::ro>>(source);
         const nb::dlpack::dtype dt = bits.dtype();
         if (!(dt.code == uint8_t(nb::dlpack::dtype_code::UInt) && dt.bits == 16 && dt.lanes == 1))
           throw Error(Status::invalid_argument,
