@@ -6,9 +6,12 @@ bf16 and fp16.
 Each implementation is first checked against a float64 reference on a slice (batch 0, head 0, the last
 --check-rows queries: their output and, for fwd+bwd, dq), with flash-attn's criterion
     max|got - ref| <= 2 * max|naive_lowp - ref| + 4 * eps * max(1, max|ref|)
-where naive_lowp is the same slice computed naively in the low precision. Then it is timed with
-triton.testing.do_bench (median of many runs, L2 flushed between runs), or CUDA events when triton is
-missing. TFLOP/s: forward 4 * B * H * S^2 * D (halved when causal); forward+backward 3.5x that.
+where naive_lowp is the same slice computed naively in the low precision. Then the implementations of one
+configuration are timed in --rounds interleaved rounds (A B C A B C ..., the order rotated each round),
+each a triton.testing.do_bench of --rep / --rounds ms (median of many runs, L2 flushed between runs; CUDA
+events when triton is missing). A time is the median over rounds, and a ratio the median of the per-round
+ratios, so that a ratio compares two implementations at the same moment of a shared machine. TFLOP/s:
+forward 4 * B * H * S^2 * D (halved when causal); forward+backward 3.5x that.
 
 Prints one line per measurement, then a ratio table (flashattn / each peer); writes JSON to --out and PNG
 plots (TFLOP/s against seqlen, one panel per (head_dim, causal, mode)) to --plot-dir.
@@ -59,8 +62,10 @@ def parse_args(argv=None):
     p.add_argument("--dtypes", type=_choice_list(DTYPES), default=DTYPES, help="bf16 and/or fp16 (default both)")
     p.add_argument("--impls", type=_choice_list(IMPLEMENTATIONS), default=IMPLEMENTATIONS,
                    help="implementations to run (default all)")
-    p.add_argument("--rep", type=int, default=100, help="do_bench repetition time in ms (default 100)")
-    p.add_argument("--warmup", type=int, default=25, help="do_bench warm-up time in ms (default 25)")
+    p.add_argument("--rep", type=int, default=100, help="timed ms per implementation and configuration, split "
+                   "over the rounds (default 100)")
+    p.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds per configuration (default 5)")
+    p.add_argument("--warmup", type=int, default=25, help="do_bench warm-up time in ms, first round (default 25)")
     p.add_argument("--check-rows", type=int, default=128, help="query rows checked against fp64 (0: no check)")
     p.add_argument("--out", default="compare_torch.json", help="JSON output path")
     p.add_argument("--plot-dir", default=None, help="folder for PNG plots (default: beside --out)")
@@ -143,20 +148,20 @@ def step(torch, forward, layout, inputs, causal, mode):
     return run
 
 
-def time_ms(torch, fn, args):
+def time_ms(torch, fn, warmup, rep):
     """Median milliseconds of fn: triton's do_bench (flushes L2 between runs) or, without triton, CUDA events."""
     try:
         import triton.testing
     except ImportError:
-        return _time_with_events(torch, fn, args)
-    return float(triton.testing.do_bench(fn, warmup=args.warmup, rep=args.rep, return_mode="median"))
+        return _time_with_events(torch, fn, rep)
+    return float(triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
 
 
-def _time_with_events(torch, fn, args):
+def _time_with_events(torch, fn, rep):
     flush = torch.empty(256 * 1024 * 1024, dtype=torch.int8, device="cuda")  # larger than any L2
     fn()
     times = []
-    for _ in range(max(10, args.rep // 5)):
+    for _ in range(max(10, rep // 5)):
         flush.zero_()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
@@ -165,6 +170,31 @@ def _time_with_events(torch, fn, args):
         end.synchronize()
         times.append(start.elapsed_time(end))
     return sorted(times)[len(times) // 2]
+
+
+def median(values):
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
+
+
+def time_interleaved(torch, runs, args):
+    """{name: [ms of each round]} for the functions in `runs` ({name: fn}), timed in args.rounds rounds that
+    each time every function once, starting one name later each round. The first round also warms up."""
+    names = list(runs)
+    rounds = max(1, args.rounds)
+    rep = max(1, args.rep // rounds)
+    times = {name: [] for name in names}
+    for r in range(rounds):
+        for i in range(len(names)):
+            name = names[(r + i) % len(names)]
+            times[name].append(time_ms(torch, runs[name], args.warmup if r == 0 else 1, rep))
+    return times
+
+
+def paired_ratio(ours, theirs):
+    """Median over rounds of theirs[r] / ours[r]: how many times faster ours is, round by round."""
+    return median([t / o for o, t in zip(ours, theirs)])
 
 
 # ----------------------------------------------------------------------------------------- checking
@@ -252,8 +282,8 @@ def ratio_table(rows, impls):
         ours = entries.get("flashattn", {}).get("tflops")
         cells = []
         for p in peers:
-            theirs = entries.get(p, {}).get("tflops")
-            cells.append(f"{ours / theirs:12.2f}" if ours and theirs else f"{'-':>12}")
+            ratio = entries.get("flashattn", {}).get("x_" + p)
+            cells.append(f"{ratio:12.2f}" if ratio else f"{'-':>12}")
         dtype, dim, causal, mode, seqlen = key
         ours_text = f"{ours:10.1f}" if ours else f"{'-':>10}"
         lines.append(f"{dtype:5} {dim:4d} {'causal' if causal else 'full':6} {mode:6} {seqlen:6d} {ours_text} "
@@ -328,18 +358,29 @@ def main(argv=None):
     for problem in problems(args):
         inputs = Inputs(torch, problem)
         for mode in args.modes:
+            mode_rows, runs = {}, {}
             for name, (forward, layout) in forwards.items():
-                row = dict(problem, mode=mode, impl=name)
+                row = mode_rows[name] = dict(problem, mode=mode, impl=name)
                 try:
                     if name == "flashattn":
                         row["backend"] = chosen_backend(torch, problem, inputs, mode)
                     if args.check_rows > 0:
                         row.update(check(torch, name, forward, layout, inputs, problem, mode, args.check_rows))
-                    ms = time_ms(torch, step(torch, forward, layout, inputs, problem["causal"], mode), args)
-                    row["ms"] = ms
-                    row["tflops"] = flops(problem, mode) / ms / 1e9
-                except Exception as e:  # a peer may not support a shape (cuDNN and D=256 backward, say)
+                    run = step(torch, forward, layout, inputs, problem["causal"], mode)
+                    run()  # a peer may not support a shape (cuDNN and D=256 backward, say): it raises here
+                    runs[name] = run
+                except Exception as e:
                     row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+            for name, round_ms in time_interleaved(torch, runs, args).items():
+                row = mode_rows[name]
+                row["round_ms"] = round_ms
+                row["ms"] = median(round_ms)
+                row["tflops"] = flops(problem, mode) / row["ms"] / 1e9
+            ours = mode_rows.get("flashattn", {}).get("round_ms")
+            for name, row in mode_rows.items():
+                if ours and name != "flashattn" and row.get("round_ms"):
+                    mode_rows["flashattn"]["x_" + name] = paired_ratio(ours, row["round_ms"])
+            for row in mode_rows.values():
                 rows.append(row)
                 print(json.dumps(row), flush=True)
         del inputs
