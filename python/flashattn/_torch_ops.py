@@ -10,9 +10,10 @@ The backward saves q, k, v, out, softmax_lse and the dropout rng state: an int64
 and whose offset is 0. Imported on the first call with a torch tensor; importing flashattn alone does not
 import torch.
 
-In eager mode, a call with no gradient to record (inference, decoding) skips the custom-op layer and
-runs the op's body directly, which saves ~35 us of host time per call: the op exists for autograd,
-torch.compile and tracing, and none of them is looking then (see _direct_call).
+In eager mode the custom-op layer is skipped (see _direct_call): a call with no gradient to record runs
+the op's body directly, and one with gradients goes through _EagerAttention, an autograd.Function with the
+same body, saved tensors and backward as the op's registration. The op exists for torch.compile, tracing
+and dispatch modes; in plain eager mode its dispatch and Python autograd wrapper only cost host time.
 """
 
 from typing import Optional, Tuple
@@ -38,10 +39,11 @@ def _empty_lse(q, varlen):
 
 
 def _direct_call(*tensors):
-    """True when a call may run the op's body instead of the op: eager mode (neither torch.compile nor
-    torch.jit tracing) on plain tensors (fake, functional and other tracing tensors are subclasses), with
-    no dispatch mode (FlopCounterMode, debug modes) and no profiler that would want to see the op."""
-    if torch.compiler.is_compiling() or torch.jit.is_tracing():
+    """True when a call may run the op's body instead of the op: eager mode (neither torch.compile, torch.jit
+    tracing nor a torch.func transform) on plain tensors (fake, functional and other tracing tensors are
+    subclasses), with no dispatch mode (FlopCounterMode, debug modes) and no profiler that would want to
+    see the op."""
+    if torch.compiler.is_compiling() or torch.jit.is_tracing() or torch._C._are_functorch_transforms_active():
         return False
     if torch._C._len_torch_dispatch_stack() > 0 or torch.autograd._profiler_enabled():
         return False
@@ -110,8 +112,7 @@ def _fwd_fake(
     return torch.empty_like(q), _empty_lse(q, cu_seqlens_q is not None)
 
 
-@torch.library.custom_op("flashattn::bwd", mutates_args=())
-def bwd(
+def _bwd_body(
     dout: Tensor,
     q: Tensor,
     k: Tensor,
@@ -154,6 +155,9 @@ def bwd(
     )
 
 
+bwd = torch.library.custom_op("flashattn::bwd", mutates_args=())(_bwd_body)
+
+
 @bwd.register_fake
 def _bwd_fake(
     dout,
@@ -190,8 +194,10 @@ def _fwd_setup_context(ctx, inputs, output):
 def _fwd_backward(ctx, dout, _dlse):
     q, k, v, out, lse, cu_q, cu_k, alibi, rng = ctx.saved_tensors
     max_q, max_k, dropout_p, scale, causal, left, right, softcap = ctx.options
-    dq, dk, dv = bwd(
-        last_dim_contiguous(dout),
+    dout = last_dim_contiguous(dout)
+    op = _bwd_body if _direct_call(dout, q, k, v, out, lse, cu_q, cu_k, alibi) else bwd
+    dq, dk, dv = op(
+        dout,
         q,
         k,
         v,
@@ -216,6 +222,21 @@ def _fwd_backward(ctx, dout, _dlse):
 
 
 fwd.register_autograd(_fwd_backward, setup_context=_fwd_setup_context)
+
+
+class _EagerAttention(torch.autograd.Function):
+    """flashattn::fwd's autograd registration as a plain autograd.Function, for eager calls: the same body,
+    saved tensors and backward, without the op's dispatch and its Python autograd wrapper. forward takes
+    ctx itself: with a separate setup_context, Function.apply binds the arguments through
+    inspect.signature on every call (~25 us)."""
+
+    @staticmethod
+    def forward(ctx, *args):
+        output = _fwd_body(*args)
+        _fwd_setup_context(ctx, args, output)
+        return output
+
+    backward = staticmethod(_fwd_backward)
 
 
 def _fwd_kvcache_body(
@@ -313,7 +334,10 @@ def attention(
     q, k, v = (last_dim_contiguous(x) for x in (q, k, v))
     left, right = _ops.window_pair(window_size)
     records_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
-    op = _fwd_body if not records_grad and _direct_call(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes) else fwd
+    if _direct_call(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes):
+        op = _EagerAttention.apply if records_grad else _fwd_body
+    else:
+        op = fwd
     return op(
         q,
         k,

@@ -1,8 +1,9 @@
 """The host-side shortcuts of the torch path, which must change nothing but time:
 
-* a call with no gradient to record skips the torch custom op (flashattn/_torch_ops.py) and gives the
-  op's results bit for bit, while autograd or a dispatch mode still get the op; the KV-cache call still
-  bumps the caches' version counters;
+* eager calls skip the torch custom ops (flashattn/_torch_ops.py): without gradients the op's body runs
+  directly, with gradients an autograd.Function with the op's body and backward; both give the ops'
+  results bit for bit, and a dispatch mode still sees the ops; the KV-cache call still bumps the caches'
+  version counters;
 * the native module reads plain torch tensors through their attributes instead of DLPack
   (python/src/torch_view.cpp): views with any strides and storage offsets read right, and what it does
   not handle (subclasses, float64, the meta device) still goes through DLPack and its checks."""
@@ -53,30 +54,30 @@ class _RecordingMode(TorchDispatchMode):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_call_without_grad_skips_the_op_and_matches_it(device, monkeypatch):
+def test_eager_calls_skip_the_ops_and_match_them_bit_for_bit(device, monkeypatch):
     require_device(device)
     q, k, v = _qkv(device)
-    counting = _CountingOp(torch_ops.fwd)
-    monkeypatch.setattr(torch_ops, "fwd", counting)
+    dout = torch.randn_like(q)
+    # Through the ops: a dispatch mode sees them, so the shortcuts stand aside.
+    ql = q.clone().requires_grad_()
+    with _RecordingMode() as mode:
+        op_out = flashattn.flash_attn_func(ql, k, v, causal=True)
+        (op_dq,) = torch.autograd.grad(op_out, (ql,), dout)
+    assert any(op.startswith("flashattn.fwd") for op in mode.ops), mode.ops
+    assert any(op.startswith("flashattn.bwd") for op in mode.ops), mode.ops
+
+    fwd_op, bwd_op = _CountingOp(torch_ops.fwd), _CountingOp(torch_ops.bwd)
+    monkeypatch.setattr(torch_ops, "fwd", fwd_op)
+    monkeypatch.setattr(torch_ops, "bwd", bwd_op)
     with torch.no_grad():
         direct = flashattn.flash_attn_func(q, k, v, causal=True)
-    assert counting.calls == 0
-    q.requires_grad_()
-    through_op = flashattn.flash_attn_func(q, k, v, causal=True)
-    assert counting.calls == 1 and through_op.requires_grad
-    assert torch.equal(direct, through_op.detach())
-    # Grad mode on but nothing requires grad: nothing to record either.
-    flashattn.flash_attn_func(q.detach(), k, v, causal=True)
-    assert counting.calls == 1
-
-
-@pytest.mark.parametrize("device", DEVICES)
-def test_a_dispatch_mode_still_sees_the_op(device):
-    require_device(device)
-    q, k, v = _qkv(device)
-    with torch.no_grad(), _RecordingMode() as mode:
-        flashattn.flash_attn_func(q, k, v)
-    assert any(op.startswith("flashattn.fwd") for op in mode.ops), mode.ops
+    flashattn.flash_attn_func(q, k, v, causal=True)  # grad mode on, but nothing requires grad
+    ql = q.clone().requires_grad_()
+    eager_out = flashattn.flash_attn_func(ql, k, v, causal=True)
+    (eager_dq,) = torch.autograd.grad(eager_out, (ql,), dout)
+    assert fwd_op.calls == 0 and bwd_op.calls == 0
+    assert torch.equal(direct, op_out.detach()) and torch.equal(eager_out.detach(), op_out.detach())
+    assert torch.equal(eager_dq, op_dq)
 
 
 @pytest.mark.parametrize("device", DEVICES)
