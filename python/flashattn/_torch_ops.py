@@ -38,14 +38,29 @@ def _empty_lse(q, varlen):
     return torch.empty(_ops.lse_shape(q, varlen), dtype=torch.float32, device=q.device)
 
 
+def _torch_function(path):
+    """torch.<path> (a private function _direct_call needs), or None when this torch has no such thing."""
+    obj = torch
+    for name in path.split("."):
+        obj = getattr(obj, name, None)
+    return obj
+
+
+_functorch_active = _torch_function("_C._are_functorch_transforms_active")
+_dispatch_modes = _torch_function("_C._len_torch_dispatch_stack")
+_profiler_enabled = _torch_function("autograd._profiler_enabled")
+# Without any of them the shortcut could not tell that something is watching: the ops then always run.
+_SHORTCUT = None not in (_functorch_active, _dispatch_modes, _profiler_enabled)
+
+
 def _direct_call(*tensors):
     """True when a call may run the op's body instead of the op: eager mode (neither torch.compile, torch.jit
     tracing nor a torch.func transform) on plain tensors (fake, functional and other tracing tensors are
     subclasses), with no dispatch mode (FlopCounterMode, debug modes) and no profiler that would want to
     see the op."""
-    if torch.compiler.is_compiling() or torch.jit.is_tracing() or torch._C._are_functorch_transforms_active():
+    if not _SHORTCUT or torch.compiler.is_compiling() or torch.jit.is_tracing() or _functorch_active():
         return False
-    if torch._C._len_torch_dispatch_stack() > 0 or torch.autograd._profiler_enabled():
+    if _dispatch_modes() > 0 or _profiler_enabled():
         return False
     return all(t is None or type(t) is Tensor for t in tensors)
 
