@@ -25,7 +25,8 @@ const TorchObjects& torch_objects() {
     o.tensor_type = nb::object(torch.attr("Tensor")).release().ptr();
     o.strided = nb::object(torch.attr("strided")).release().ptr();
     const char* names[5] = {"float32", "float16", "bfloat16", "float8_e4m3fn", "int32"};
-    for (int i = 0; i < 5; ++i) o.dtypes[i] = nb::object(torch.attr(names[i])).release().ptr();
+    // A torch without float8 types (before 2.1) has no such attribute: None matches no tensor's dtype.
+    for (int i = 0; i < 5; ++i) o.dtypes[i] = nb::getattr(torch, names[i], nb::none()).release().ptr();
     return o;
   }();
   return objects;
