@@ -45,7 +45,7 @@ def cases(torch, device):
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     cuda = device == "cuda"
     b, s, h, d = (32, 512, 16, 128) if cuda else (1, 16, 2, 32)
-    hd, hkd, cache = (32, 8, 4096) if cuda else (2, 1, 64)
+    step_heads, step_heads_k, cache = (32, 8, 4096) if cuda else (2, 1, 64)
 
     def rand(*shape):
         return torch.randn(*shape, device=device, dtype=dtype, generator=gen)
@@ -83,17 +83,18 @@ def cases(torch, device):
     def native_fwd():
         _C.fwd(q, k, v, out, lse, causal=True, stream=stream)
 
-    dq, dk_cache, dv_cache = rand(1, 1, hd, d), rand(1, cache, hkd, d), rand(1, cache, hkd, d)
+    step_q = rand(1, 1, step_heads, d)
+    step_k_cache, step_v_cache = rand(1, cache, step_heads_k, d), rand(1, cache, step_heads_k, d)
     lengths = torch.full((1,), cache, dtype=torch.int32, device=device)
-    dqt, dkt, dvt = (x.transpose(1, 2) for x in (dq, dk_cache, dv_cache))
+    step_qt, step_kt, step_vt = (x.transpose(1, 2) for x in (step_q, step_k_cache, step_v_cache))
 
     def ours_decode():
         with torch.no_grad():
-            flashattn.flash_attn_with_kvcache(dq, dk_cache, dv_cache, cache_seqlens=lengths)
+            flashattn.flash_attn_with_kvcache(step_q, step_k_cache, step_v_cache, cache_seqlens=lengths)
 
     def sdpa_decode():
         with torch.no_grad():
-            sdpa(dqt, dkt, dvt, enable_gqa=True)
+            sdpa(step_qt, step_kt, step_vt, enable_gqa=True)
 
     return [
         ("prefill_fwd", "flashattn", ours_fwd),
