@@ -25,6 +25,13 @@ __device__ __forceinline__ void load_a(uint32_t (&a)[4], uint32_t base, const Ld
   ptx::ldmatrix_x4(a, L.addr(base, r0, c0));
 }
 
+// The same from a lane address with the tile base folded in (LdsmAt, smem_layout.h).
+template <typename Tile, bool kPinned>
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const LdsmAt<Tile, LanePattern::kRows16, kPinned>& L, int r0,
+                                       int c0) {
+  ptx::ldmatrix_x4(a, L.addr(r0, c0));
+}
+
 // A operand = (tile^T)[m0 .. m0+15][k0 .. k0+15] of a row-major [k][m] tile (A[m][k] = tile[k][m]).
 //   a0 = A[g][2t..] = tile[k0+2t..][m0+g]:     stored rows k0+0..7,  cols m0+0..7   (lanes 0-7)
 //   a1 = A[g+8][2t..]:                         stored rows k0+0..7,  cols m0+8..15  (lanes 8-15)
@@ -50,6 +57,13 @@ __device__ __forceinline__ void load_b_nk(uint32_t (&b)[4], uint32_t base, const
   ptx::ldmatrix_x4(b, L.addr(base, n0, k0));
 }
 
+// The same from a lane address with the tile base folded in (LdsmAt, smem_layout.h).
+template <typename Tile, bool kPinned>
+__device__ __forceinline__ void load_b_nk(uint32_t (&b)[4], const LdsmAt<Tile, LanePattern::kRows8x2, kPinned>& L,
+                                          int n0, int k0) {
+  ptx::ldmatrix_x4(b, L.addr(n0, k0));
+}
+
 // B operands of the two n8 fragments n0..n0+7 (b[0], b[1]) and n0+8..n0+15 (b[2], b[3]) over k0..k0+15,
 // from a row-major [k][n] tile (B = tile, e.g. V for O += P V).
 //   b0 of fragment 0 = B[2t..][g] = tile[k0+2t..][n0+g]: stored rows k0+0..7, cols n0+0..7  (lanes 0-7)
@@ -60,6 +74,13 @@ __device__ __forceinline__ void load_b_nk(uint32_t (&b)[4], uint32_t base, const
 template <typename Tile>
 __device__ __forceinline__ void load_b_kn(uint32_t (&b)[4], uint32_t base, const LdsmRows16<Tile>& L, int k0, int n0) {
   ptx::ldmatrix_x4_trans(b, L.addr(base, k0, n0));
+}
+
+// The same from a lane address with the tile base folded in (LdsmAt, smem_layout.h).
+template <typename Tile, bool kPinned>
+__device__ __forceinline__ void load_b_kn(uint32_t (&b)[4], const LdsmAt<Tile, LanePattern::kRows16, kPinned>& L,
+                                          int k0, int n0) {
+  ptx::ldmatrix_x4_trans(b, L.addr(k0, n0));
 }
 
 // The A operand of k-slice kk (columns 16 kk .. 16 kk + 15) of a 16-row fp32 accumulator held as n8

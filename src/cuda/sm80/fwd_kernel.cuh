@@ -96,9 +96,9 @@ __global__ void __launch_bounds__(FwdMainloop<T, kHeadDim, kGeneral, kPaired>::k
 
   ptx::cp_async_wait<0>();
   __syncthreads();
-  const typename Main::Lanes lanes(lane);
+  const typename Main::Lanes lanes(sq_addr, sk_addr, sv_addr, lane, warp_row0);
   typename Main::QFrags q;
-  Main::load_q_frags(q, sq_addr, lanes, warp_row0);
+  Main::load_q_frags(q, lanes);
 
   for (int n = n_begin; n < n_end; ++n) {
     if (n > n_begin) {
@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(FwdMainloop<T, kHeadDim, kGeneral, kPaired>::k
       for (int f = 0; f < kNFrags; ++f)
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[mf][f][e] = 0.0f;
-    Main::qk(s, q, sq_addr, sk_addr, lanes, warp_row0);
+    Main::qk(s, q, lanes);
 
     ptx::cp_async_wait<0>();  // V[n] landed; the barrier also ends every warp's QK^T on K[n]
     __syncthreads();
@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(FwdMainloop<T, kHeadDim, kGeneral, kPaired>::k
             if (!kept_rowmajor(bits, e, lane)) s[mf][f][e] = 0.0f;
         }
     }
-    Main::pv(o, s, sv_addr, lanes);
+    Main::pv(o, s, lanes);
   }
 
   T* out_tile = static_cast<T*>(p.out.ptr) + p.out.offset(b, seq.q_start + m0, h);

@@ -39,30 +39,40 @@ struct FwdMainloop {
   static_assert(kSmemBytes == kTile.smem_bytes(), "kernel_traits.h and the kernel disagree on shared memory");
   static_assert(sizeof(T) == kElemBytes, "the sm80 kernels store 16-bit elements");
   static_assert(kNFrags % 2 == 0 && kDFrags % 2 == 0, "B operands are loaded as pairs of n8 fragments");
+  // LdsmAt (Lanes below) needs each tile to start on a panel row (at most 128 bytes): shared memory is
+  // 128-byte aligned and the K and V tiles follow Q.
+  static_assert(QTile::kElems * int(sizeof(T)) % 128 == 0 && KVTile::kElems * int(sizeof(T)) % 128 == 0,
+                "the K and V tiles must start on a 128-byte boundary");
 
   // Q fragments kept in registers for the whole kernel (kQInRegs), else re-read from shared memory.
   using QFrags = uint32_t[kQInRegs ? kMFrags : 1][kQInRegs ? kQKSteps : 1][4];
 
-  // Lane parts of the ldmatrix addresses of the three tiles (fragments.cuh).
+  // This lane's ldmatrix addresses into the three tiles (smem_layout.h, fragments.cuh); q's rows count from
+  // the warp's first row.
+  // Pinned addresses (smem_layout.h, LdsmAt) where they measured faster: interleaved A/B on the H200 of the
+  // feature-free forwards (bench/NOTES.md, version 9): D = 96 +7.4% at S 1k, D = 256 +1.5-2.1% at S 512-4k,
+  // D = 64 +1.5% at 2k; D = 128 +1.3% at 512 but -1.4% at 4k, D = 192 -1.8%, D = 224 -1.6%, D = 160 +0.3%.
+  // At D = 32 they push the 128-key tile into 36-48 bytes of spills on sm_90a.
+  static constexpr bool kPinLanes = kHeadDim == 64 || kHeadDim == 96 || kHeadDim == 256;
   struct Lanes {
-    LdsmRows16<QTile> q;
-    LdsmRows8x2<KVTile> k;
-    LdsmRows16<KVTile> v;
-    __device__ __forceinline__ explicit Lanes(int lane) : q(lane), k(lane), v(lane) {}
+    LdsmAt<QTile, LanePattern::kRows16, kPinLanes> q;
+    LdsmAt<KVTile, LanePattern::kRows8x2, kPinLanes> k;
+    LdsmAt<KVTile, LanePattern::kRows16, kPinLanes> v;
+    __device__ __forceinline__ Lanes(uint32_t sq, uint32_t sk, uint32_t sv, int lane, int warp_row0)
+        : q(sq, lane, warp_row0), k(sk, lane), v(sv, lane) {}
   };
 
-  __device__ __forceinline__ static void load_q_frags(QFrags& q, uint32_t sq, const Lanes& L, int warp_row0) {
+  __device__ __forceinline__ static void load_q_frags(QFrags& q, const Lanes& L) {
     if constexpr (kQInRegs) {
 #pragma unroll
       for (int mf = 0; mf < kMFrags; ++mf)
 #pragma unroll
-        for (int kk = 0; kk < kQKSteps; ++kk) load_a<QTile>(q[mf][kk], sq, L.q, warp_row0 + 16 * mf, 16 * kk);
+        for (int kk = 0; kk < kQKSteps; ++kk) load_a<QTile>(q[mf][kk], L.q, 16 * mf, 16 * kk);
     }
   }
 
   // s = Q K^T for the warp's rows and the whole K tile (s must be zero on entry).
-  __device__ __forceinline__ static void qk(float (&s)[kMFrags][kNFrags][4], const QFrags& q, uint32_t sq, uint32_t sk,
-                                            const Lanes& L, int warp_row0) {
+  __device__ __forceinline__ static void qk(float (&s)[kMFrags][kNFrags][4], const QFrags& q, const Lanes& L) {
 #pragma unroll
     for (int kk = 0; kk < kQKSteps; ++kk) {
       uint32_t a[kMFrags][4];
@@ -72,13 +82,13 @@ struct FwdMainloop {
 #pragma unroll
           for (int i = 0; i < 4; ++i) a[mf][i] = q[mf][kk][i];
         } else {
-          load_a<QTile>(a[mf], sq, L.q, warp_row0 + 16 * mf, 16 * kk);
+          load_a<QTile>(a[mf], L.q, 16 * mf, 16 * kk);
         }
       }
 #pragma unroll
       for (int np = 0; np < kNFrags / 2; ++np) {
         uint32_t b[4];
-        load_b_nk<KVTile>(b, sk, L.k, 16 * np, 16 * kk);
+        load_b_nk<KVTile>(b, L.k, 16 * np, 16 * kk);
 #pragma unroll
         for (int mf = 0; mf < kMFrags; ++mf) mma_pair<T>(s[mf][2 * np], s[mf][2 * np + 1], a[mf], b);
       }
@@ -87,7 +97,7 @@ struct FwdMainloop {
 
   // o += P V with P (fp32, this warp's rows) rounded to T straight from the S registers.
   __device__ __forceinline__ static void pv(float (&o)[kMFrags][kDFrags][4], const float (&p)[kMFrags][kNFrags][4],
-                                            uint32_t sv, const Lanes& L) {
+                                            const Lanes& L) {
 #pragma unroll
     for (int kk = 0; kk < kPVSteps; ++kk) {
       uint32_t a[kMFrags][4];
@@ -96,7 +106,7 @@ struct FwdMainloop {
 #pragma unroll
       for (int dp = 0; dp < kDFrags / 2; ++dp) {
         uint32_t b[4];
-        load_b_kn<KVTile>(b, sv, L.v, 16 * kk, 16 * dp);
+        load_b_kn<KVTile>(b, L.v, 16 * kk, 16 * dp);
 #pragma unroll
         for (int mf = 0; mf < kMFrags; ++mf) mma_pair<T>(o[mf][2 * dp], o[mf][2 * dp + 1], a[mf], b);
       }

@@ -77,6 +77,45 @@ struct Ldsm {
   }
 };
 
+// Ldsm with the tile base folded in, for a base aligned to a panel row (16 kPanelChunks bytes; the kernels'
+// tiles start at multiples of 512 bytes of 128-byte aligned shared memory): base + row_bytes then has no
+// bits below the panel row, so adding x_bytes is an OR and the address of even chunk A of a panel is
+// at ^ 16 A with at = base + row_bytes + x_bytes. One register per tile and lane; an ldmatrix at
+// compile-time (r0, c0) costs at most one XOR (shared by every load of that A) plus an immediate.
+// Why `at` is hidden behind an empty asm: otherwise the compiler folds row_bytes and x_bytes back into
+// their uses inside the K/V loop (the PTX recomputes them from %tid.x there), and at 255 registers ptxas
+// then re-read threadIdx.x every iteration: two S2R and ~30 integer instructions per K/V tile in the
+// D = 96 forward ahead of its first ldmatrix (3.4% of its stall samples on the S2R's consumer alone).
+// `first_row` (a multiple of 16, so the swizzle is unchanged) offsets every row. kPinned = false keeps
+// Ldsm's form exactly (base, first_row and lane parts combined at each use, which the compiler may
+// recompute inside a loop); the instance whose register budget that suits chooses it (fwd_mainloop.cuh).
+template <typename Tile, LanePattern kPattern, bool kPinned = true>
+struct LdsmAt {
+  Ldsm<Tile, kPattern> lane_parts;
+  uint32_t base;
+  int first_row;
+  uint32_t at;
+
+  FA_HD LdsmAt(uint32_t tile_base, int lane, int first_row_ = 0)
+      : lane_parts(lane), base(tile_base), first_row(first_row_) {
+    at = base + uint32_t(first_row * Tile::kPanelChunks * 16) + lane_parts.row_bytes + lane_parts.x_bytes;
+#if defined(__CUDA_ARCH__)
+    if constexpr (kPinned) asm volatile("" : "+r"(at));
+#endif
+  }
+
+  // As Ldsm::addr at row first_row + r0; r0 a multiple of 8 and c0 of 16, both compile-time after unrolling.
+  FA_HD uint32_t addr(int r0, int c0) const {
+    if constexpr (!kPinned) {
+      return lane_parts.addr(base, first_row + r0, c0);
+    } else {
+      const int chunk = c0 >> 3;
+      return (at ^ uint32_t((chunk % Tile::kPanelChunks) * 16)) +
+             uint32_t((chunk / Tile::kPanelChunks) * Tile::kPanelElems + r0 * Tile::kPanelChunks * 8) * 2u;
+    }
+  }
+};
+
 template <typename Tile>
 using LdsmRows16 = Ldsm<Tile, LanePattern::kRows16>;
 template <typename Tile>
