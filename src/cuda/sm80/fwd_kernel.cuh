@@ -105,8 +105,11 @@ __global__ void __launch_bounds__(FwdMainloop<T, kHeadDim, kGeneral, kPaired>::k
       ptx::cp_async_wait<0>();  // K[n] landed; the barrier also ends every warp's PV on V[n-1]
       __syncthreads();
     }
-    Main::load_kv(sv, v_seq, p.v.row_stride, n, seq.sk, d_chunks, tid);
-    ptx::cp_async_commit();
+    typename Main::KVCopy v_copy = Main::kv_copy(sv, v_seq, p.v.row_stride, n, seq.sk, d_chunks, tid);
+    if constexpr (!Main::kSpreadV) {
+      Main::load_kv(sv, v_seq, p.v.row_stride, n, seq.sk, d_chunks, tid);
+      ptx::cp_async_commit();
+    }
 
     float s[kMFrags][kNFrags][4];
 #pragma unroll
@@ -115,7 +118,8 @@ __global__ void __launch_bounds__(FwdMainloop<T, kHeadDim, kGeneral, kPaired>::k
       for (int f = 0; f < kNFrags; ++f)
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[mf][f][e] = 0.0f;
-    Main::qk(s, q, lanes);
+    Main::qk(s, q, lanes, v_copy);
+    if constexpr (Main::kSpreadV) ptx::cp_async_commit();
 
     ptx::cp_async_wait<0>();  // V[n] landed; the barrier also ends every warp's QK^T on K[n]
     __syncthreads();

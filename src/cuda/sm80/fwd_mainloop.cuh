@@ -71,10 +71,24 @@ struct FwdMainloop {
     }
   }
 
-  // s = Q K^T for the warp's rows and the whole K tile (s must be zero on entry).
-  __device__ __forceinline__ static void qk(float (&s)[kMFrags][kNFrags][4], const QFrags& q, const Lanes& L) {
+  // The cp.async of one K or V tile (tile_copy.cuh), issued in row steps.
+  using KVCopy = RowsCopy<KVTile, kBlockN, kThreads, T>;
+  // V's copies spread over the first half of S = Q K^T (one row step every kVEvery k-steps) instead of one
+  // burst before it, where that measured faster: interleaved A/B on the H200 (bench/NOTES.md, version 10)
+  // D = 128 +0.9% at S 512 and +1.9% at 4k, D = 96 +1.1% at 4k (1.000 at 1k); D = 256 -0.8 to -1.9%,
+  // and D = 64 -7.5% (its 128-key tile then spills 68 bytes).
+  static constexpr bool kSpreadV = kHeadDim == 96 || kHeadDim == 128;
+  static constexpr int kVEvery = kQKSteps / (2 * KVCopy::kSteps) > 0 ? kQKSteps / (2 * KVCopy::kSteps) : 1;
+
+  // s = Q K^T for the warp's rows and the whole K tile (s must be zero on entry); with kSpreadV it also
+  // issues `v_copy` between its k-steps.
+  __device__ __forceinline__ static void qk(float (&s)[kMFrags][kNFrags][4], const QFrags& q, const Lanes& L,
+                                            KVCopy& v_copy) {
 #pragma unroll
     for (int kk = 0; kk < kQKSteps; ++kk) {
+      if constexpr (kSpreadV) {
+        if (kk % kVEvery == 0 && kk / kVEvery < KVCopy::kSteps) v_copy.template issue_next<1>();
+      }
       uint32_t a[kMFrags][4];
 #pragma unroll
       for (int mf = 0; mf < kMFrags; ++mf) {
@@ -93,6 +107,7 @@ struct FwdMainloop {
         for (int mf = 0; mf < kMFrags; ++mf) mma_pair<T>(s[mf][2 * np], s[mf][2 * np + 1], a[mf], b);
       }
     }
+    if constexpr (kSpreadV) v_copy.template issue_next<KVCopy::kSteps>();  // any steps the k-steps left
   }
 
   // o += P V with P (fp32, this warp's rows) rounded to T straight from the S registers.
@@ -113,7 +128,14 @@ struct FwdMainloop {
     }
   }
 
-  // cp.async of K or V tile `n` of a sequence with sk keys (rows past sk and dims past head_dim are 0).
+  // The copy of K or V tile `n` of a sequence with sk keys (rows past sk and dims past head_dim are 0).
+  __device__ __forceinline__ static KVCopy kv_copy(T* tile, const T* seq_base, int64_t row_stride, int n, int64_t sk,
+                                                   int d_chunks, int tid) {
+    const int64_t first = int64_t(n) * kBlockN;
+    const int rows = int(sk - first < kBlockN ? sk - first : kBlockN);
+    return KVCopy(tile, seq_base + first * row_stride, row_stride, rows, d_chunks, tid);
+  }
+  // cp.async of the whole tile at once.
   __device__ __forceinline__ static void load_kv(T* tile, const T* seq_base, int64_t row_stride, int n, int64_t sk,
                                                  int d_chunks, int tid) {
     const int64_t first = int64_t(n) * kBlockN;

@@ -82,6 +82,79 @@ __device__ __forceinline__ void load_rows_async(T* tile, const T* src, int64_t r
   }
 }
 
+// The same copy set up once and issued in order in row steps (issue_next), so that a kernel can spread one
+// tile's copies over the products they overlap (the sm80 forward's V tile at some head dims,
+// fwd_mainloop.cuh). Same thread-to-chunk assignment and zero-fill as load_rows_async; kept apart from it
+// because routing every caller through this class changed the register allocation of kernels whose
+// copies are not spread (SASS of the forward at D = 224 and of five backward buckets), unmeasured.
+template <typename Tile, int kRows, int kThreads, typename T>
+class RowsCopy {
+ public:
+  static constexpr int kPanelChunks = Tile::kPanelChunks;
+  static constexpr int kPanels = Tile::kChunksPerRow / kPanelChunks;
+  static constexpr int kRowStep = kThreads / kPanelChunks;
+  static constexpr int kSteps = (kRows + kRowStep - 1) / kRowStep;  // row steps of kPanels copies each
+  static_assert(kThreads % kPanelChunks == 0 && kRowStep % 8 == 0, "a thread's rows must share one swizzle");
+
+  __device__ __forceinline__ RowsCopy(T* tile, const T* src, int64_t row_stride, int valid_rows, int valid_chunks,
+                                      int tid)
+      : src_(src),
+        from_(src + (tid / kPanelChunks) * row_stride + (tid % kPanelChunks) * 8),
+        step_(kRowStep * row_stride),
+        dst_(ptx::smem_addr(tile) + uint32_t(Tile::chunk_offset(tid / kPanelChunks, tid % kPanelChunks)) * 2u),
+        row_(tid / kPanelChunks),
+        chunk_(tid % kPanelChunks),
+        valid_rows_(valid_rows),
+        valid_chunks_(valid_chunks) {}
+
+  // Issues the next kCount row steps (the kernels call it from unrolled loops, so `next_` is a constant
+  // at every call and the offsets below fold into the cp.async immediates).
+  template <int kCount>
+  __device__ __forceinline__ void issue_next() {
+    const int first = next_;
+    next_ += kCount;
+    // With fewer rows than one step covers, the threads past the last row have nothing to copy.
+    if (kRows % kRowStep != 0 && row_ >= kRows) return;
+    const T* from = from_;
+    if (valid_rows_ >= kRows && valid_chunks_ >= Tile::kChunksPerRow) {
+#pragma unroll
+      for (int j = 0; j < kCount; ++j, from += step_) {
+        const int i = first + j;
+#pragma unroll
+        for (int p = 0; p < kPanels; ++p)
+          if (i < kSteps && (kRows % kRowStep == 0 || row_ + i * kRowStep < kRows))
+            ptx::cp_async_16(dst_ + smem_delta(i, p), from + p * kPanelChunks * 8);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < kCount; ++j, from += step_) {
+        const int i = first + j;
+        const bool row_ok = row_ + i * kRowStep < valid_rows_;
+#pragma unroll
+        for (int p = 0; p < kPanels; ++p) {
+          const bool ok = row_ok && chunk_ + p * kPanelChunks < valid_chunks_;
+          if (i < kSteps && (kRows % kRowStep == 0 || row_ + i * kRowStep < kRows))
+            ptx::cp_async_16(dst_ + smem_delta(i, p), ok ? from + p * kPanelChunks * 8 : src_, ok);
+        }
+      }
+    }
+    from_ = from;
+  }
+
+ private:
+  // Byte offset of (row + i kRowStep, chunk + p kPanelChunks) from (row, chunk) in the tile (smem_layout.h).
+  static constexpr uint32_t smem_delta(int i, int p) {
+    return uint32_t(p * Tile::kPanelElems + i * kRowStep * kPanelChunks * 8) * 2u;
+  }
+
+  const T* src_;
+  const T* from_;
+  int64_t step_;
+  uint32_t dst_;
+  int row_, chunk_, valid_rows_, valid_chunks_;
+  int next_ = 0;
+};
+
 // Stores rows [row0, row0 + kRows) of `tile` to dst + r * row_stride (r < valid_rows, chunks < valid_chunks).
 template <typename Tile, int kRows, int kThreads, typename T>
 __device__ __forceinline__ void store_rows(T* dst, int64_t row_stride, const T* tile, int row0, int valid_rows,
