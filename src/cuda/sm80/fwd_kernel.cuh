@@ -6,9 +6,10 @@
 //
 // Pipeline (one buffer each for K and V, loads always one product ahead, as FlashAttention-2):
 //   prologue: cp.async Q, K[first]                                          -> wait, barrier
-//   tile n:   cp.async V[n]            | S = Q K[n]^T                        -> wait, barrier
+//   tile n:   cp.async V[n] (*)        | S = Q K[n]^T                        -> wait, barrier
 //             cp.async K[n+1]          | mask, online softmax, O += P V[n]   -> wait, barrier (next tile)
-// The V load overlaps the QK^T product and the next K load overlaps softmax and PV. Each barrier both
+// The V load overlaps the QK^T product and the next K load overlaps softmax and PV. (*) At D = 96 and 128
+// V's copies are issued between the first k-steps of QK^T instead of before it (fwd_mainloop.cuh). Each barrier both
 // publishes the landed tile and certifies that every warp finished reading the buffer about to be
 // overwritten (K after QK^T, V after PV), so one buffer per operand suffices and shared memory stays at
 // Q + K + V (128 KB at head dim 256, within sm80's 163 KB).
@@ -105,6 +106,8 @@ __global__ void __launch_bounds__(FwdMainloop<T, kHeadDim, kGeneral, kPaired>::k
       ptx::cp_async_wait<0>();  // K[n] landed; the barrier also ends every warp's PV on V[n-1]
       __syncthreads();
     }
+    // V[n]'s copies: issued here in one burst, or by qk between its k-steps (kSpreadV, fwd_mainloop.cuh;
+    // without it v_copy is never used and compiles away).
     typename Main::KVCopy v_copy = Main::kv_copy(sv, v_seq, p.v.row_stride, n, seq.sk, d_chunks, tid);
     if constexpr (!Main::kSpreadV) {
       Main::load_kv(sv, v_seq, p.v.row_stride, n, seq.sk, d_chunks, tid);
