@@ -9,7 +9,8 @@
 //   tile n:   cp.async V[n] (*)        | S = Q K[n]^T                        -> wait, barrier
 //             cp.async K[n+1]          | mask, online softmax, O += P V[n]   -> wait, barrier (next tile)
 // The V load overlaps the QK^T product and the next K load overlaps softmax and PV. (*) At D = 96 and 128
-// V's copies are issued between the first k-steps of QK^T instead of before it (fwd_mainloop.cuh). Each barrier both
+// V's copies are issued between the first k-steps of QK^T instead of before it, and at D = 32, 64, 160 and 192
+// (feature-free) the softmax's exp2 run slice by slice inside P V (fwd_mainloop.cuh). Each barrier both
 // publishes the landed tile and certifies that every warp finished reading the buffer about to be
 // overwritten (K after QK^T, V after PV), so one buffer per operand suffices and shared memory stays at
 // Q + K + V (128 KB at head dim 256, within sm80's 163 KB).
@@ -137,7 +138,10 @@ __global__ void __launch_bounds__(FwdMainloop<T, kHeadDim, kGeneral, kPaired>::k
       mask_rowmajor(s, mask, warp_first_row, key0, lane);
 
     float rescale[kMFrags][2];
-    softmax.update(s, rescale, kGeneral ? 1.0f : args.s.scale_log2);
+    if constexpr (Main::kExpInPv)
+      softmax.begin_update(s, rescale, args.s.scale_log2);  // P itself is computed in pv_exp
+    else
+      softmax.update(s, rescale, kGeneral ? 1.0f : args.s.scale_log2);
     // Once the running maxima settle (most tiles of a long row), every factor is exactly 1 and the
     // kDFrags * 4 * kMFrags multiplies of O would be identities: skip them when no row of the warp moved
     // (a warp-uniform vote, so the branch does not diverge; the result is bitwise the same).
@@ -166,7 +170,12 @@ __global__ void __launch_bounds__(FwdMainloop<T, kHeadDim, kGeneral, kPaired>::k
             if (!kept_rowmajor(bits, e, lane)) s[mf][f][e] = 0.0f;
         }
     }
-    Main::pv(o, s, lanes);
+    if constexpr (Main::kExpInPv) {
+      Main::pv_exp(o, s, softmax, lanes);
+      softmax.end_update(rescale);
+    } else {
+      Main::pv(o, s, lanes);
+    }
   }
 
   T* out_tile = static_cast<T*>(p.out.ptr) + p.out.offset(b, seq.q_start + m0, h);

@@ -78,6 +78,13 @@ struct FwdMainloop {
   // D = 128 +0.9% at S 512 and +1.9% at 4k, D = 96 +1.1% at 4k (1.000 at 1k); D = 256 -0.8 to -1.9%,
   // and D = 64 -7.5% (its 128-key tile then spills 68 bytes).
   static constexpr bool kSpreadV = kHeadDim == 96 || kHeadDim == 128;
+  // P computed one k16 slice at a time inside P V (pv_exp) where that measured faster: interleaved A/B on
+  // the H200 of the feature-free forwards (bench/NOTES.md, version 11): D = 64 +4.7% (S 2k) and +4.2% (512),
+  // D = 192 +4.0% (4k), D = 160 +4.2% (2k), D = 32 +1.9% (2k); D = 128 -2.8% (4k), D = 224 -4.8% (2k),
+  // D = 256 -0.5 to -2.0% (S 512-4k); at D = 96 it spills 28 bytes. The general instance keeps the whole
+  // tile's P first (dropout: the row sums use the undropped values).
+  static constexpr bool kExpInPv =
+      !kGeneral && (kHeadDim == 32 || kHeadDim == 64 || kHeadDim == 160 || kHeadDim == 192);
   static constexpr int kVEvery = kQKSteps / (2 * KVCopy::kSteps) > 0 ? kQKSteps / (2 * KVCopy::kSteps) : 1;
 
   // s = Q K^T for the warp's rows and the whole K tile (s must be zero on entry); with kSpreadV it also
@@ -118,6 +125,31 @@ struct FwdMainloop {
       uint32_t a[kMFrags][4];
 #pragma unroll
       for (int mf = 0; mf < kMFrags; ++mf) acc_to_a<T>(a[mf], p[mf], kk);
+#pragma unroll
+      for (int dp = 0; dp < kDFrags / 2; ++dp) {
+        uint32_t b[4];
+        load_b_kn<KVTile>(b, L.v, 16 * kk, 16 * dp);
+#pragma unroll
+        for (int mf = 0; mf < kMFrags; ++mf) mma_pair<T>(o[mf][2 * dp], o[mf][2 * dp + 1], a[mf], b);
+      }
+    }
+  }
+
+  // o += P V as pv, with P computed from the scores one k16 slice at a time just before that slice's MMAs
+  // (softmax.begin_update done, softmax.end_update after): the slice's exp2 then sit between the MMAs of
+  // the previous slice instead of all ahead of the product, so the MUFU and tensor pipes overlap.
+  template <typename Softmax>
+  __device__ __forceinline__ static void pv_exp(float (&o)[kMFrags][kDFrags][4], float (&s)[kMFrags][kNFrags][4],
+                                                Softmax& softmax, const Lanes& L) {
+#pragma unroll
+    for (int kk = 0; kk < kPVSteps; ++kk) {
+      uint32_t a[kMFrags][4];
+#pragma unroll
+      for (int mf = 0; mf < kMFrags; ++mf) {
+        softmax.exp_frag(s, mf, 2 * kk);
+        softmax.exp_frag(s, mf, 2 * kk + 1);
+        acc_to_a<T>(a[mf], s[mf], kk);
+      }
 #pragma unroll
       for (int dp = 0; dp < kDFrags / 2; ++dp) {
         uint32_t b[4];

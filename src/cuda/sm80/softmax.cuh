@@ -19,6 +19,10 @@ template <int kMFrags>
 struct OnlineSoftmax {
   float row_max[kMFrags][2];
   float row_sum[kMFrags][2];  // partial: this thread's columns only
+  // State of one update between begin_update and end_update.
+  float offset_[kMFrags][2];    // the new row max (0 for a row with no visible key yet)
+  float tile_sum_[kMFrags][2];  // this tile's P, this thread's columns
+  float scale_;
 
   __device__ __forceinline__ void init() {
 #pragma unroll
@@ -60,6 +64,52 @@ struct OnlineSoftmax {
           }
         row_sum[mf][half] = row_sum[mf][half] * rescale[mf][half] + sum;
       }
+  }
+
+  // update() in three parts, for a caller that computes P fragment by fragment inside the P V product
+  // (fwd_mainloop.cuh, pv_exp): begin_update takes the tile's row maxima and sets `rescale`; exp_frag turns
+  // n8 fragment f of fragment row mf into P and adds it to the tile's partial row sums; end_update folds
+  // those into the running sums once every fragment is done. Each row sum adds the same terms in the same
+  // order (fragments ascending, then columns) as one update() call, so the results are bitwise the same.
+  // update() keeps its fused form: written as these three parts, the instances that use it compile to a
+  // different schedule.
+  template <int kNFrags>
+  __device__ __forceinline__ void begin_update(const float (&s)[kMFrags][kNFrags][4], float (&rescale)[kMFrags][2],
+                                               float scale) {
+    scale_ = scale;
+#pragma unroll
+    for (int mf = 0; mf < kMFrags; ++mf)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float raw = kNegInf;
+#pragma unroll
+        for (int f = 0; f < kNFrags; ++f) raw = fmaxf(raw, fmaxf(s[mf][f][2 * half], s[mf][f][2 * half + 1]));
+        raw = fmaxf(raw, __shfl_xor_sync(0xffffffffu, raw, 1));
+        raw = fmaxf(raw, __shfl_xor_sync(0xffffffffu, raw, 2));
+        const float mx = fmaxf(row_max[mf][half], raw * scale);
+        offset_[mf][half] = mx == kNegInf ? 0.0f : mx;
+        rescale[mf][half] = ptx::exp2_approx(row_max[mf][half] - offset_[mf][half]);
+        row_max[mf][half] = mx;
+        tile_sum_[mf][half] = 0.0f;
+      }
+  }
+  template <int kNFrags>
+  __device__ __forceinline__ void exp_frag(float (&s)[kMFrags][kNFrags][4], int mf, int f) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float p = ptx::exp2_approx(fmaf(s[mf][f][2 * half + e], scale_, -offset_[mf][half]));
+        s[mf][f][2 * half + e] = p;
+        tile_sum_[mf][half] += p;
+      }
+  }
+  __device__ __forceinline__ void end_update(const float (&rescale)[kMFrags][2]) {
+#pragma unroll
+    for (int mf = 0; mf < kMFrags; ++mf)
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+        row_sum[mf][half] = row_sum[mf][half] * rescale[mf][half] + tile_sum_[mf][half];
   }
 
   // The full row sum (quad reduction); call once, after the last tile.
