@@ -120,19 +120,7 @@ struct FwdMainloop {
   // o += P V with P (fp32, this warp's rows) rounded to T straight from the S registers.
   __device__ __forceinline__ static void pv(float (&o)[kMFrags][kDFrags][4], const float (&p)[kMFrags][kNFrags][4],
                                             const Lanes& L) {
-#pragma unroll
-    for (int kk = 0; kk < kPVSteps; ++kk) {
-      uint32_t a[kMFrags][4];
-#pragma unroll
-      for (int mf = 0; mf < kMFrags; ++mf) acc_to_a<T>(a[mf], p[mf], kk);
-#pragma unroll
-      for (int dp = 0; dp < kDFrags / 2; ++dp) {
-        uint32_t b[4];
-        load_b_kn<KVTile>(b, L.v, 16 * kk, 16 * dp);
-#pragma unroll
-        for (int mf = 0; mf < kMFrags; ++mf) mma_pair<T>(o[mf][2 * dp], o[mf][2 * dp + 1], a[mf], b);
-      }
-    }
+    pv_slices(o, p, L, [](int, int) {});
   }
 
   // o += P V as pv, with P computed from the scores one k16 slice at a time just before that slice's MMAs
@@ -141,14 +129,24 @@ struct FwdMainloop {
   template <typename Softmax>
   __device__ __forceinline__ static void pv_exp(float (&o)[kMFrags][kDFrags][4], float (&s)[kMFrags][kNFrags][4],
                                                 Softmax& softmax, const Lanes& L) {
+    pv_slices(o, s, L, [&](int kk, int mf) {
+      softmax.exp_frag(s, mf, 2 * kk);
+      softmax.exp_frag(s, mf, 2 * kk + 1);
+    });
+  }
+
+  // The loop of pv and pv_exp: `before_slice(kk, mf)` runs just before fragment row mf of k16 slice kk of P
+  // is rounded into an A operand.
+  template <typename P, typename BeforeSlice>
+  __device__ __forceinline__ static void pv_slices(float (&o)[kMFrags][kDFrags][4], P& p, const Lanes& L,
+                                                   BeforeSlice&& before_slice) {
 #pragma unroll
     for (int kk = 0; kk < kPVSteps; ++kk) {
       uint32_t a[kMFrags][4];
 #pragma unroll
       for (int mf = 0; mf < kMFrags; ++mf) {
-        softmax.exp_frag(s, mf, 2 * kk);
-        softmax.exp_frag(s, mf, 2 * kk + 1);
-        acc_to_a<T>(a[mf], s[mf], kk);
+        before_slice(kk, mf);
+        acc_to_a<T>(a[mf], p[mf], kk);
       }
 #pragma unroll
       for (int dp = 0; dp < kDFrags / 2; ++dp) {

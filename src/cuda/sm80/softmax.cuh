@@ -34,6 +34,16 @@ struct OnlineSoftmax {
       }
   }
 
+  // The maximum of row `half` of fragment row mf over the tile (the quad's four lanes hold the row).
+  template <int kNFrags>
+  __device__ __forceinline__ static float tile_row_max(const float (&s)[kMFrags][kNFrags][4], int mf, int half) {
+    float raw = kNegInf;
+#pragma unroll
+    for (int f = 0; f < kNFrags; ++f) raw = fmaxf(raw, fmaxf(s[mf][f][2 * half], s[mf][f][2 * half + 1]));
+    raw = fmaxf(raw, __shfl_xor_sync(0xffffffffu, raw, 1));
+    return fmaxf(raw, __shfl_xor_sync(0xffffffffu, raw, 2));
+  }
+
   // Folds a tile into the running max/sum: the base-2 logits are scale * s (scale > 0; 1 when s already
   // holds logits). s becomes P = exp2(scale * s - max) (fp32), one FFMA and one ex2 per element, and
   // `rescale` the factor by which the O accumulator of each row must be multiplied before adding P V.
@@ -44,12 +54,7 @@ struct OnlineSoftmax {
     for (int mf = 0; mf < kMFrags; ++mf)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        float raw = kNegInf;
-#pragma unroll
-        for (int f = 0; f < kNFrags; ++f) raw = fmaxf(raw, fmaxf(s[mf][f][2 * half], s[mf][f][2 * half + 1]));
-        raw = fmaxf(raw, __shfl_xor_sync(0xffffffffu, raw, 1));
-        raw = fmaxf(raw, __shfl_xor_sync(0xffffffffu, raw, 2));
-        const float mx = fmaxf(row_max[mf][half], raw * scale);
+        const float mx = fmaxf(row_max[mf][half], tile_row_max(s, mf, half) * scale);
         const float offset = mx == kNegInf ? 0.0f : mx;
         rescale[mf][half] = ptx::exp2_approx(row_max[mf][half] - offset);
         row_max[mf][half] = mx;
@@ -81,12 +86,7 @@ struct OnlineSoftmax {
     for (int mf = 0; mf < kMFrags; ++mf)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        float raw = kNegInf;
-#pragma unroll
-        for (int f = 0; f < kNFrags; ++f) raw = fmaxf(raw, fmaxf(s[mf][f][2 * half], s[mf][f][2 * half + 1]));
-        raw = fmaxf(raw, __shfl_xor_sync(0xffffffffu, raw, 1));
-        raw = fmaxf(raw, __shfl_xor_sync(0xffffffffu, raw, 2));
-        const float mx = fmaxf(row_max[mf][half], raw * scale);
+        const float mx = fmaxf(row_max[mf][half], tile_row_max(s, mf, half) * scale);
         offset_[mf][half] = mx == kNegInf ? 0.0f : mx;
         rescale[mf][half] = ptx::exp2_approx(row_max[mf][half] - offset_[mf][half]);
         row_max[mf][half] = mx;
