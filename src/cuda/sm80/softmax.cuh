@@ -75,7 +75,8 @@ struct OnlineSoftmax {
   // (fwd_mainloop.cuh, pv_exp): begin_update takes the tile's row maxima and sets `rescale`; exp_frag turns
   // n8 fragment f of fragment row mf into P and adds it to the tile's partial row sums; end_update folds
   // those into the running sums once every fragment is done. Each row sum adds the same terms in the same
-  // order (fragments ascending, then columns) as one update() call, so the results are bitwise the same.
+  // order (fragments ascending, then columns) as one update() call, so the results are the same bits by
+  // construction.
   // update() keeps its fused form: written as these three parts, the instances that use it compile to a
   // different schedule.
   template <int kNFrags>
