@@ -267,14 +267,19 @@ TEST(CudaDecodeHost, InKernelCombineRule) {
 
 // The last block of a row tile combines its splits in split order, whichever block arrives last: the
 // same bits on every call, on both combine paths (rows 4: in the attention kernel; rows 12: the
-// combine kernel).
+// combine kernel). With a new token appended (rotary on), every call runs the whole chain of kernels,
+// the counter reset and the attention launched early on sm_90 (programmatic dependent launch): append,
+// reset and attention, or append, attention and combine; the outputs must also match the oracle, which
+// they would not if the attention read the cache or q before the append had written them.
 TEST(CudaDecode, SplitCombineIsRepeatable) {
   FA_SKIP_WITHOUT_GPU("cuda_decode");
   for (int64_t group : {4, 12}) {
     KVConfig cfg = decode_config(8 * group, 8, 128, 1, 4096, {4000, 3999, 1});
     cfg.num_splits = 33;
+    cfg.rotary_dim = 128;
     const KVInputs in = make_kv_inputs(cfg, 40 + uint64_t(group));
     const KVOutputs first = run_kvcache(in, "cuda_decode", Device::cuda(0));
+    expect_outputs_match(cfg, first, kv_oracle(in));
     for (int rep = 0; rep < 5; ++rep) {
       const KVOutputs again = run_kvcache(in, "cuda_decode", Device::cuda(0));
       EXPECT_TRUE(bitwise_equal(again.out, first.out)) << "group " << group << " rep " << rep;
@@ -438,15 +443,18 @@ bool same_bytes(const HostTensor& a, const HostTensor& b) {
   return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
 }
 
-TEST(CudaDecode, GraphCaptureReplayMatchesDirectCall) {
-  FA_SKIP_WITHOUT_GPU("cuda_decode");
-  // A paged decode step with 2 new tokens, rotary (NeoX, partial) and causal: all three kernels and the
-  // workspace (rotated q, split partials) run inside the graph.
-  KVConfig cfg = decode_config(32, 8, 128, 2, 2048, {1500, 3, 800, 2000 - 2});
+// A paged decode step with new tokens, rotary (NeoX, partial) and causal: every kernel of the call and
+// the workspace (rotated q, split partials, arrival counters) run inside the graph, with programmatic
+// dependent launch on sm_90. `tokens` 2: append, attention, combine kernel; 1 with splits: append,
+// counter reset, attention with the in-kernel combine.
+void check_graph_capture_replay(int64_t tokens, int splits) {
+  KVConfig cfg = decode_config(32, 8, 128, tokens, 2048, {1500, 3, 800, 2000 - 2});
   cfg.page_size = 16;
   cfg.rotary_dim = 64;
   cfg.rotary_interleaved = false;
-  const KVInputs in = make_kv_inputs(cfg, 50);
+  cfg.num_splits = splits;
+  SCOPED_TRACE(cfg.name());
+  const KVInputs in = make_kv_inputs(cfg, 50 + uint64_t(tokens));
   DeviceCall call(in);
   cudaStream_t stream = nullptr;
   cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -498,6 +506,12 @@ TEST(CudaDecode, GraphCaptureReplayMatchesDirectCall) {
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
+}
+
+TEST(CudaDecode, GraphCaptureReplayMatchesDirectCall) {
+  FA_SKIP_WITHOUT_GPU("cuda_decode");
+  check_graph_capture_replay(2, 0);
+  check_graph_capture_replay(1, 16);
 }
 
 // A paged V cache with padded rows (strides unlike K's) goes through the tile loader's general paged

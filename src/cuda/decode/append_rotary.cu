@@ -14,6 +14,7 @@
 #include "cuda/common/check.h"
 #include "cuda/common/elem.cuh"
 #include "cuda/common/launch.h"
+#include "cuda/common/pdl.cuh"
 #include "cuda/decode/decode.h"
 
 namespace flashattn::detail::cuda::decode {
@@ -43,6 +44,8 @@ __device__ __forceinline__ void rotate_row(const KVCacheProblem& p, const T* src
 
 template <typename T>
 __global__ void __launch_bounds__(32 * kAppendWarps) append_rotary_kernel(const KVCacheProblem p, T* q_rot) {
+  // The attention (or the counters' reset) may launch now: it waits for this grid before reading.
+  pdl_launch_dependents();
   // Row counts fit in 32 bits (the backend's supports function checks): 32-bit index arithmetic.
   const int lane = int(threadIdx.x) % 32;
   const int row = int(blockIdx.x) * kAppendWarps + int(threadIdx.x) / 32;
@@ -71,15 +74,16 @@ __global__ void __launch_bounds__(32 * kAppendWarps) append_rotary_kernel(const 
 
 }  // namespace
 
-void launch_append_rotary(const KVCacheProblem& p, void* q_rot, cudaStream_t stream) {
+bool launch_append_rotary(const KVCacheProblem& p, void* q_rot, cudaStream_t stream) {
   const int64_t rows = p.batch * p.seqlen_new * p.heads_k + (q_rot ? p.batch * p.seqlen_q * p.heads : 0);
-  if (rows == 0) return;
+  if (rows == 0) return false;
   const dim3 grid = grid_1d(ceil_div(rows, kAppendWarps), "cuda_decode append");
   if (p.dtype == DType::f16)
     append_rotary_kernel<__half><<<grid, 32 * kAppendWarps, 0, stream>>>(p, static_cast<__half*>(q_rot));
   else
     append_rotary_kernel<__nv_bfloat16><<<grid, 32 * kAppendWarps, 0, stream>>>(p, static_cast<__nv_bfloat16*>(q_rot));
   FA_CUDA_CHECK_LAUNCH("cuda_decode append");
+  return true;
 }
 
 }  // namespace flashattn::detail::cuda::decode

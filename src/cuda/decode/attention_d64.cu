@@ -5,7 +5,7 @@
 namespace flashattn::detail::cuda::decode {
 
 template KernelShape prepare_attention_for<64>(DType, RowShape, bool, int);
-template void launch_attention_for<64>(DType, RowShape, const KVCacheProblem&, const DecodeArgs&, int64_t,
+template void launch_attention_for<64>(DType, RowShape, const KVCacheProblem&, const DecodeArgs&, int64_t, size_t, bool,
                                        cudaStream_t);
 
 }  // namespace flashattn::detail::cuda::decode

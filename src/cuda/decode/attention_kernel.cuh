@@ -22,6 +22,7 @@
 #include "api/problem.h"
 #include "common/kvcache.h"
 #include "common/score.h"
+#include "cuda/common/pdl.cuh"
 #include "cuda/common/ptx.h"
 #include "cuda/decode/combine_row.cuh"
 #include "cuda/decode/decode_tile.h"
@@ -162,6 +163,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
   const int leftpad = int(seq.leftpad);
   // A paged cache's entries of the next tile to copy (tile_loader.cuh: read one tile ahead).
   PageEntries<Tile> entries;
+  if (a.wait_for_inputs) pdl_wait();
   if (kPaged && tile_lo < tile_hi) fetch_page_entries<Tile>(cache_rows, leftpad, tile_lo, kv_begin, kv_end, entries);
   load_q_tile<Tile>(p, a, b, hk, m0, q_smem);
 #pragma unroll
@@ -210,6 +212,9 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
     read_buf = read_buf + 1 == stages ? 0 : read_buf + 1;
   }
 
+  // The kernel before this one in the call (append or the counters' reset) has completed from here on:
+  // the arrival counters are zero, and the call's kernels complete in stream order.
+  pdl_wait();
   // Epilogue: the staging area overlays Q and K/V, so wait for every copy and every warp's last reads.
   ptx::cp_async_wait<0>();
   __syncthreads();

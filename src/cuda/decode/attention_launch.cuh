@@ -15,6 +15,7 @@
 #include "cuda/common/check.h"
 #include "cuda/common/dispatch.h"
 #include "cuda/common/launch.h"
+#include "cuda/common/pdl.cuh"
 #include "cuda/decode/attention_kernel.cuh"
 #include "cuda/decode/decode.h"
 #include "flashattn/error.h"
@@ -57,7 +58,8 @@ KernelShape prepare_kernel(int device) {
   std::lock_guard<std::mutex> lock(mutex);
   auto it = blocks_per_sm.find(device);
   if (it == blocks_per_sm.end()) {
-    allow_dynamic_smem(kernel, Tile::kSmemBytes, device, "cuda_decode attention");
+    static_assert(Tile::kSmemBytes > kDefaultSmemLimit, "every tile opts in, so the cap below applies to all");
+    allow_dynamic_smem(kernel, max_smem_optin(device), device, "cuda_decode attention");
     int blocks = 0;
     FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, Tile::kThreads, Tile::kSmemBytes));
     it = blocks_per_sm.emplace(device, blocks).first;
@@ -78,14 +80,15 @@ KernelShape prepare_attention_for(DType dtype, RowShape shape, bool paged, int d
 
 template <int kHeadDim>
 void launch_attention_for(DType dtype, RowShape shape, const KVCacheProblem& p, const DecodeArgs& a, int64_t blocks,
-                          cudaStream_t stream) {
+                          size_t smem, bool after_kernel, cudaStream_t stream) {
   with_tile<kHeadDim>(dtype, shape, [&](auto type, auto tile) {
     using T = typename decltype(type)::type;
     using Tile = typename decltype(tile)::type;
     const auto kernel =
         p.cache.paged() ? decode_attention_kernel<T, Tile, true> : decode_attention_kernel<T, Tile, false>;
-    kernel<<<grid_1d(blocks, "cuda_decode attention"), Tile::kThreads, Tile::kSmemBytes, stream>>>(p, a);
-    FA_CUDA_CHECK_LAUNCH("cuda_decode attention");
+    const bool pdl = after_kernel && pdl_capable(kernel, int(p.device.index));
+    launch_kernel(kernel, grid_1d(blocks, "cuda_decode attention"), Tile::kThreads, smem, stream, pdl,
+                  "cuda_decode attention", p, a);
   });
 }
 

@@ -1,6 +1,8 @@
 // The split combine kernel: one warp per packed row (b, hk, r), rows in the partials' order
 // ((b * Hk + hk) * rows + r); combine_row.cuh has the arithmetic. Launched after the attention kernel
-// where a row tile has more rows than its block can combine itself (decode.h, combine_in_kernel).
+// where a row tile has more rows than its block can combine itself (decode.h, combine_in_kernel). A
+// plain launch: with programmatic dependent launch (its blocks scheduled during the attention and
+// waiting for it) 16 query tokens at batch 1 ran 12% slower on the H200 (bench/NOTES.md, decode v8).
 
 #include <cuda_runtime.h>
 

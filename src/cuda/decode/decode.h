@@ -23,23 +23,33 @@ struct KernelShape {
   int blocks_per_sm = 0;  // resident blocks per SM on the device (occupancy)
 };
 
-// Opts the attention kernel of (dtype, head-dim bucket, row shape, paged or contiguous cache) into its
-// shared memory on `device` (the current device) and reads its occupancy; both once per device. Must
-// precede launch_attention, which picks the paged instance when p.cache is paged.
+// Opts the attention kernel of (dtype, head-dim bucket, row shape, paged or contiguous cache) into the
+// device's per-block shared memory limit on `device` (the current device) and reads its occupancy with
+// the tile's own shared memory, once per device. Must precede launch_attention, which picks the paged
+// instance when p.cache is paged.
 KernelShape prepare_attention(DType dtype, int bucket, RowShape shape, bool paged, int device);
+// smem: the dynamic shared memory of the launch, at least KernelShape::smem (more reserves room that
+// the kernel does not use, to limit the blocks per SM). after_kernel: a kernel of this call precedes it
+// on the stream, so it may use programmatic dependent launch (cuda/common/pdl.cuh;
+// DecodeArgs::wait_for_inputs says whether that kernel wrote what it reads).
 void launch_attention(DType dtype, int bucket, RowShape shape, const KVCacheProblem& p, const DecodeArgs& a,
-                      int64_t blocks, cudaStream_t stream);
+                      int64_t blocks, size_t smem, bool after_kernel, cudaStream_t stream);
 
 // The per-bucket halves of the two functions above.
 template <int kHeadDim>
 KernelShape prepare_attention_for(DType dtype, RowShape shape, bool paged, int device);
 template <int kHeadDim>
 void launch_attention_for(DType dtype, RowShape shape, const KVCacheProblem& p, const DecodeArgs& a, int64_t blocks,
-                          cudaStream_t stream);
+                          size_t smem, bool after_kernel, cudaStream_t stream);
 
 // Writes k_new/v_new (k rotated) into the cache at positions cache_seqlens[b] + t and, when q_rot is
-// not null, q rotated into q_rot, a contiguous (batch, seqlen_q, heads, head_dim) buffer.
-void launch_append_rotary(const KVCacheProblem& p, void* q_rot, cudaStream_t stream);
+// not null, q rotated into q_rot, a contiguous (batch, seqlen_q, heads, head_dim) buffer. The call's
+// first kernel; returns whether there was anything to launch.
+bool launch_append_rotary(const KVCacheProblem& p, void* q_rot, cudaStream_t stream);
+
+// Zeroes `count` arrival counters (DecodeArgs::arrivals). A kernel instead of a memset so that the
+// attention after it can launch early (programmatic dependent launch); after_kernel as for the attention.
+void launch_zero_arrivals(int* counters, int64_t count, int device, bool after_kernel, cudaStream_t stream);
 
 // Merges a.num_splits partials (DecodeArgs::part_out/part_lse) into out and LSE.
 void launch_combine(const KVCacheProblem& p, const DecodeArgs& a, cudaStream_t stream);

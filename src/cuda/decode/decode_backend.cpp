@@ -5,8 +5,10 @@
 //      workspace;
 //   2. the split-KV attention with GQA packing (tensor cores);
 //   3. the combine of the splits, when there is more than one and a block has more rows than its last
-//      block combines itself (decode_tile.h, combine_in_kernel); where it does, a memset of the arrival
-//      counters precedes 2 instead.
+//      block combines itself (decode_tile.h, combine_in_kernel); where it does, a small kernel zeroing
+//      the arrival counters precedes 2 instead.
+// On sm_90+ the counter reset and the attention use programmatic dependent launch when a kernel of the
+// call precedes them (cuda/common/pdl.cuh); the combine is a plain launch (decode.h).
 // Grids depend only on shapes and the cache capacity; sequence lengths are read on the device.
 
 #include <cuda_runtime_api.h>
@@ -45,14 +47,14 @@ KernelShape prepare_attention(DType dtype, int bucket, RowShape shape, bool page
 }
 
 void launch_attention(DType dtype, int bucket, RowShape shape, const KVCacheProblem& p, const DecodeArgs& a,
-                      int64_t blocks, cudaStream_t stream) {
+                      int64_t blocks, size_t smem, bool after_kernel, cudaStream_t stream) {
   switch (bucket) {
     case 64:
-      return launch_attention_for<64>(dtype, shape, p, a, blocks, stream);
+      return launch_attention_for<64>(dtype, shape, p, a, blocks, smem, after_kernel, stream);
     case 128:
-      return launch_attention_for<128>(dtype, shape, p, a, blocks, stream);
+      return launch_attention_for<128>(dtype, shape, p, a, blocks, smem, after_kernel, stream);
     case 256:
-      return launch_attention_for<256>(dtype, shape, p, a, blocks, stream);
+      return launch_attention_for<256>(dtype, shape, p, a, blocks, smem, after_kernel, stream);
     default:
       throw Error(Status::internal, "flashattn: cuda_decode: no head-dim bucket " + std::to_string(bucket));
   }
@@ -67,6 +69,7 @@ constexpr int64_t kMaxPositions = (int64_t(1) << 31) - 129;
 struct DeviceFacts {
   int sm_count = 0;
   size_t smem_per_block_optin = 0;
+  size_t smem_per_sm = 0;
 };
 
 const DeviceFacts& device_facts(int device) {
@@ -78,6 +81,9 @@ const DeviceFacts& device_facts(int device) {
     DeviceFacts f;
     FA_CUDA_CHECK(cudaDeviceGetAttribute(&f.sm_count, cudaDevAttrMultiProcessorCount, device));
     f.smem_per_block_optin = max_smem_optin(device);
+    int per_sm = 0;
+    FA_CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+    f.smem_per_sm = size_t(per_sm);
     it = facts.emplace(device, f).first;  // std::map: the reference stays valid
   }
   return it->second;
@@ -201,12 +207,22 @@ void run(const KVCacheProblem& p, Stream stream) {
     a.part_out = reinterpret_cast<float*>(base + q_rot_bytes + counter_bytes + lse_bytes);
   }
 
-  launch_append_rotary(p, q_rot, st);  // a no-op without new tokens and rotary
+  // The reset and the attention may launch while the kernel before them runs (programmatic dependent
+  // launch, cuda/common/pdl.cuh): a decode step that appends its token, captured in a CUDA graph,
+  // measured 14% faster at batch 1 x 4k on the H200 (bench/NOTES.md, decode v8).
+  const bool appended = launch_append_rotary(p, q_rot, st);  // nothing to launch without new tokens and rotary
   if (rows == 0) return;
   KVCacheProblem pa = p;
   if (rotary) pa.q = RowsView{q_rot, p.seqlen_q * p.heads * p.head_dim, p.heads * p.head_dim, p.head_dim};
-  if (in_kernel) FA_CUDA_CHECK(cudaMemsetAsync(a.arrivals, 0, counter_bytes, st));
-  launch_attention(p.dtype, bucket, shape, pa, a, si.blocks * a.num_splits, st);
+  if (in_kernel) launch_zero_arrivals(a.arrivals, si.blocks, device, appended, st);
+  a.wait_for_inputs = appended;
+  // A streaming call is sized for one block per SM (split_heuristic.h). Its launch reserves more than
+  // half of an SM's shared memory so that the block scheduler cannot put two of its blocks on one SM
+  // while others idle; without the reservation it did so when the grid launched early behind the append
+  // kernel (programmatic dependent launch): batch 16 x 4k lost 4.4% (bench/NOTES.md, decode v8).
+  const size_t launch_smem =
+      si.streaming ? std::max(ks.smem, std::min(facts.smem_per_sm / 2, facts.smem_per_block_optin)) : ks.smem;
+  launch_attention(p.dtype, bucket, shape, pa, a, si.blocks * a.num_splits, launch_smem, appended || in_kernel, st);
   if (a.num_splits > 1 && !in_kernel) launch_combine(pa, a, st);
 }
 

@@ -118,10 +118,13 @@ struct DecodeArgs {
   // and the split's natural-log LSE (num_splits, B, Hk, rows); -inf for a split with no visible key.
   float* part_out = nullptr;
   float* part_lse = nullptr;
-  // Arrival counters, one per (sequence, kv head, row tile), zeroed before the launch. When set, the
-  // last split block of a row tile to finish combines that tile's rows itself (attention_kernel.cuh);
-  // when null, combine.cu's kernel runs after the attention kernel.
+  // Arrival counters, one per (sequence, kv head, row tile), zeroed by arrivals.cu's kernel before the
+  // attention kernel. When set, the last split block of a row tile to finish combines that tile's rows
+  // itself (attention_kernel.cuh); when null, combine.cu's kernel runs after the attention kernel.
   int* arrivals = nullptr;
+  // The append kernel ran before this call's attention, which was launched with programmatic dependent
+  // launch (cuda/common/pdl.cuh): wait for it before reading q (its rotated copy) or the cache.
+  bool wait_for_inputs = false;
 };
 
 // The block that finishes a row tile last combines its rows with one warp per row, in turns of as many
