@@ -59,6 +59,10 @@ def parse_args(argv=None):
     p.add_argument("--causal", action="store_true", help="run cuda_decode causal (bottom-right) for Sq > 1")
     p.add_argument("--splits", type=int, default=0,
                    help="num_splits passed to cuda_decode (0: its heuristic); to tune the heuristic")
+    p.add_argument("--append", action="store_true",
+                   help="every cuda_decode call also appends its Sq tokens' keys and values (k/v new, at positions "
+                        "context - Sq .., cache_seqlens = context - Sq), as a serving step does; the new rows equal "
+                        "the cache's last rows, so the cache and the output check stay the same (peers do not append)")
     p.add_argument("--no-peers", action="store_true", help="time only cuda_decode")
     p.add_argument("--graph", action="store_true",
                    help="time every implementation as the replay of a CUDA graph of one call: the kernels "
@@ -238,7 +242,9 @@ def run_config(torch, F, flashattn, timer, floor, cfg, args, peers_cache):
     k = torch.randn(b, s, hk, d, dtype=dt, device="cuda", generator=gen)
     v = torch.randn(b, s, hk, d, dtype=dt, device="cuda", generator=gen)
     q = torch.randn(b, sq, h, d, dtype=dt, device="cuda", generator=gen)
-    lens = torch.full((b,), s, dtype=torch.int32, device="cuda")
+    lens = torch.full((b,), s - sq if args.append else s, dtype=torch.int32, device="cuda")
+    new_kv = dict(k=k[:, s - sq:].clone(), v=v[:, s - sq:].clone()) if args.append else {}
+    row["append"] = args.append
     causal = args.causal and sq > 1
 
     if page:
@@ -249,10 +255,10 @@ def run_config(torch, F, flashattn, timer, floor, cfg, args, peers_cache):
         k_cache = k.view(nblocks, page, hk, d)[perm].contiguous()
         v_cache = v.view(nblocks, page, hk, d)[perm].contiguous()
         table = torch.argsort(perm).to(torch.int32).view(b, per_seq)
-        call = lambda: flashattn.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=lens,
+        call = lambda: flashattn.flash_attn_with_kvcache(q, k_cache, v_cache, **new_kv, cache_seqlens=lens,
                                                          block_table=table, causal=causal, num_splits=args.splits)
     else:
-        call = lambda: flashattn.flash_attn_with_kvcache(q, k, v, cache_seqlens=lens, causal=causal,
+        call = lambda: flashattn.flash_attn_with_kvcache(q, k, v, **new_kv, cache_seqlens=lens, causal=causal,
                                                          num_splits=args.splits)
 
     try:
