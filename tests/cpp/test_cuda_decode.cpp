@@ -152,6 +152,28 @@ TEST(CudaDecodeHost, RowShapes) {
   EXPECT_EQ(dec::row_shape(65), dec::RowShape::large);
 }
 
+// Up to 16 rows at head dims <= 128 take the wide shape where the small shape would not stream and the
+// wide one fits the device's opt-in shared memory (H100/H200 227 KB; an A100's 163 KB holds it at head
+// dim 64 only); everything else keeps row_shape's choice.
+TEST(CudaDecodeHost, WideShapeWhereItFits) {
+  constexpr size_t kH100 = 232448, kA100 = 166912;
+  using dec::RowShape;
+  EXPECT_EQ(dec::decode_shape(4, 128, kH100, false), RowShape::wide);
+  EXPECT_EQ(dec::decode_shape(4, 128, kH100, true), RowShape::small);
+  EXPECT_EQ(dec::decode_shape(16, 64, kH100, false), RowShape::wide);
+  EXPECT_EQ(dec::decode_shape(4, 256, kH100, false), RowShape::small);
+  EXPECT_EQ(dec::decode_shape(17, 128, kH100, false), RowShape::narrow);
+  EXPECT_EQ(dec::decode_shape(100, 64, kH100, false), RowShape::large);
+  EXPECT_EQ(dec::decode_shape(4, 128, kA100, false), RowShape::small);
+  EXPECT_EQ(dec::decode_shape(4, 64, kA100, false), RowShape::wide);
+  using D128Wide = dec::DecodeTile<128, 1, 8>;
+  EXPECT_EQ(D128Wide::kBlockN, 128);
+  EXPECT_EQ(D128Wide::kStages, 3);
+  EXPECT_EQ(D128Wide::kSmemBytes, size_t(4096 + 3 * 65536));
+  EXPECT_LE(D128Wide::kSmemBytes, kH100);
+  EXPECT_GT(D128Wide::kSmemBytes, kA100);
+}
+
 // Every instantiation must fit an sm_80 block's opt-in shared memory (the backend runs from sm_80 on),
 // with about 96 KB of K/V in its pipeline and at least two stages.
 TEST(CudaDecodeHost, SharedMemoryFitsSm80) {

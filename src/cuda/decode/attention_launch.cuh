@@ -1,9 +1,9 @@
 #pragma once
 
 // Host launch code of the attention kernel for one head-dim bucket, included by attention_d64.cu,
-// attention_d128.cu and attention_d256.cu (one bucket each, so the sixteen instantiations of a bucket
-// compile in their own translation unit). Instantiations: 3 buckets x 4 row shapes x 2 dtypes x contiguous or
-// paged = 48 kernels.
+// attention_d128.cu and attention_d256.cu (one bucket each, so the instantiations of a bucket compile
+// in their own translation unit). Instantiations: (3 buckets x 4 row shapes + 2 buckets x the wide
+// shape) x 2 dtypes x contiguous or paged = 56 kernels.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -39,7 +39,14 @@ void with_tile(DType dtype, RowShape shape, F&& f) {
       case RowShape::large:
         f(type, TypeTag<DecodeTile<kHeadDim, row_warps(RowShape::large), key_warps(RowShape::large)>>{});
         return;
+      case RowShape::wide:
+        if constexpr (kHeadDim <= 128) {
+          f(type, TypeTag<DecodeTile<kHeadDim, row_warps(RowShape::wide), key_warps(RowShape::wide)>>{});
+          return;
+        }
+        break;
     }
+    throw Error(Status::internal, "flashattn: cuda_decode: no wide kernel at head dim " + std::to_string(kHeadDim));
   };
   if (dtype == DType::f16)
     for_type(TypeTag<__half>{});

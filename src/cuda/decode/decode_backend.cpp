@@ -105,6 +105,20 @@ std::string alignment_reason(const char* name) {
 
 int64_t packed_rows(const KVCacheProblem& p) { return p.seqlen_q * p.group_size(); }
 
+// Whether the cache is read at full speed by one block per SM: contiguous, or paged on the compact path
+// with pages of at least kStreamingMinPageSize rows (split_heuristic.h).
+bool streaming_cache(const CacheView& c) {
+  return !c.paged() || (uses_compact_paging(c) && c.page_size >= kStreamingMinPageSize);
+}
+
+// The row shape of the call's kernel (decode_tile.h, decode_shape): the small shape streams with at most
+// one row for each of its 4 warps.
+RowShape call_shape(const KVCacheProblem& p, size_t smem_limit) {
+  const int64_t rows = packed_rows(p);
+  const bool small_streams = rows <= key_warps(RowShape::small) && streaming_cache(p.cache);
+  return decode_shape(rows, head_dim_bucket(p.head_dim), smem_limit, small_streams);
+}
+
 std::string supports(const KVCacheProblem& p) {
   if (p.dtype != DType::f16 && p.dtype != DType::bf16)
     return std::string("dtype ") + dtype_name(p.dtype) + " (the tensor-core decode kernels take f16 and bf16)";
@@ -134,9 +148,9 @@ std::string supports(const KVCacheProblem& p) {
   if (append_rows > kMaxPositions)
     return "batch * (seqlen_new * heads_k + seqlen_q * heads) = " + std::to_string(append_rows) +
            " rows to append or rotate (at most " + std::to_string(kMaxPositions) + ")";
-  const RowShape shape = row_shape(packed_rows(p));
-  const size_t smem = decode_smem_bytes(head_dim_bucket(p.head_dim), shape);
   const size_t limit = device_facts(int(p.device.index)).smem_per_block_optin;
+  const RowShape shape = call_shape(p, limit);
+  const size_t smem = decode_smem_bytes(head_dim_bucket(p.head_dim), shape);
   if (smem > limit)
     return "needs " + std::to_string(smem) + " bytes of shared memory per block, the device allows " +
            std::to_string(limit);
@@ -165,8 +179,8 @@ void run(const KVCacheProblem& p, Stream stream) {
   const bool rotary = p.rotary.cos != nullptr;
   const int64_t rows = packed_rows(p);
   const int bucket = head_dim_bucket(p.head_dim);
-  const RowShape shape = row_shape(rows);
   const DeviceFacts& facts = device_facts(device);
+  const RowShape shape = call_shape(p, facts.smem_per_block_optin);
   const KernelShape ks = prepare_attention(p.dtype, bucket, shape, p.cache.paged(), device);
 
   DecodeArgs a;
@@ -183,8 +197,8 @@ void run(const KVCacheProblem& p, Stream stream) {
   si.rows = std::min<int64_t>(rows, ks.rows);
   si.sm_count = facts.sm_count;
   si.blocks_per_sm = ks.blocks_per_sm;
-  si.streaming = si.rows <= ks.threads / 32 &&
-                 (!p.cache.paged() || (uses_compact_paging(p.cache) && p.cache.page_size >= kStreamingMinPageSize));
+  // The wide shape runs one block per SM whatever the cache (its shared memory allows no second).
+  si.streaming = si.rows <= ks.threads / 32 && (shape == RowShape::wide || streaming_cache(p.cache));
   si.requested = p.num_splits;
   a.num_splits = choose_num_splits(si);
 

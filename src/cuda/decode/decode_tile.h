@@ -15,6 +15,11 @@
 //                   padding rows;
 //   medium (4 x 1): rows <= 64;
 //   large  (8 x 1): rows <= 128 (e.g. 16 query tokens x group 8); more rows take several row tiles.
+// and one shape that the row count alone does not pick (decode_shape):
+//   wide   (1 x 8): rows <= 16 at head dims <= 128, 128-key tiles, one block per SM with the warps of
+//                   two small blocks: for the calls that the small shape does not stream at one block
+//                   per SM (paged caches with small pages, 5-16 rows), which then get two blocks' loads
+//                   and issue slots per SM without splitting their keys.
 // This header is plain C++: the host reads the same constants to size shared memory and workspaces.
 
 #include <cstddef>
@@ -24,7 +29,7 @@
 
 namespace flashattn::detail::cuda::decode {
 
-enum class RowShape { small, narrow, medium, large };
+enum class RowShape { small, narrow, medium, large, wide };
 
 // The shape for `rows` packed query rows.
 constexpr RowShape row_shape(int64_t rows) {
@@ -32,9 +37,11 @@ constexpr RowShape row_shape(int64_t rows) {
 }
 
 constexpr int row_warps(RowShape s) {
-  return s == RowShape::small ? 1 : s == RowShape::narrow ? 2 : s == RowShape::medium ? 4 : 8;
+  return s == RowShape::small || s == RowShape::wide ? 1 : s == RowShape::narrow ? 2 : s == RowShape::medium ? 4 : 8;
 }
-constexpr int key_warps(RowShape s) { return s == RowShape::small ? 4 : s == RowShape::narrow ? 2 : 1; }
+constexpr int key_warps(RowShape s) {
+  return s == RowShape::small ? 4 : s == RowShape::wide ? 8 : s == RowShape::narrow ? 2 : 1;
+}
 
 // Head dims are padded to one of three buckets (the padding is zero-filled and never stored).
 constexpr int head_dim_bucket(int64_t head_dim) { return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256; }
@@ -49,7 +56,8 @@ struct DecodeTile {
   static constexpr int kRows = 16 * kRowWarps;
   // Keys per K/V tile: 64, except 32 for head dim 256 when one or two warps cover the whole tile (a
   // warp's S fragment then holds at most 16 floats next to a 128-float accumulator: no spills).
-  static constexpr int kBlockN = (kHeadDim == 256 && kKeyWarps <= 2) ? 32 : 64;
+  // 128 with 8 key warps (the wide shape: 16 keys per warp, one P V k-step).
+  static constexpr int kBlockN = kKeyWarps == 8 ? 128 : (kHeadDim == 256 && kKeyWarps <= 2) ? 32 : 64;
   static constexpr int kWarpKeys = kBlockN / kKeyWarps;
   static constexpr int kChunks = kHeadDim / 8;           // 16-byte chunks of a 16-bit row
   static constexpr int kTileElems = kBlockN * kHeadDim;  // one K or one V tile
@@ -58,7 +66,12 @@ struct DecodeTile {
   // while one is consumed), so that two blocks share an SM and one streams while the other waits at a
   // barrier. A compile-time constant: a depth chosen per device at run time (deeper where one block has
   // the SM to itself) measured 0-6% slower on the H200 at the bandwidth-bound shapes (bench/NOTES.md).
-  static constexpr int kStages = 98304 / kTileBytes < 2 ? 2 : 98304 / kTileBytes > 4 ? 4 : 98304 / kTileBytes;
+  // The wide shape runs alone on its SM and keeps 3 stages (two 128-key tiles in flight, what two small
+  // blocks of 3 stages keep).
+  static constexpr int kStages = kKeyWarps == 8           ? 3
+                                 : 98304 / kTileBytes < 2 ? 2
+                                 : 98304 / kTileBytes > 4 ? 4
+                                                          : 98304 / kTileBytes;
   static constexpr int kQElems = kRows * kHeadDim;
   static constexpr size_t kQBytes = size_t(kQElems) * 2;
   // Epilogue staging (overlays Q and K/V once the main loop is done): per key warp, the unnormalised
@@ -93,13 +106,29 @@ constexpr size_t decode_smem_bytes(RowShape s) {
   return s == RowShape::small    ? DecodeTile<kHeadDim, 1, 4>::kSmemBytes
          : s == RowShape::narrow ? DecodeTile<kHeadDim, 2, 2>::kSmemBytes
          : s == RowShape::medium ? DecodeTile<kHeadDim, 4, 1>::kSmemBytes
-                                 : DecodeTile<kHeadDim, 8, 1>::kSmemBytes;
+         : s == RowShape::large  ? DecodeTile<kHeadDim, 8, 1>::kSmemBytes
+                                 : DecodeTile<kHeadDim, 1, 8>::kSmemBytes;
 }
 
 constexpr size_t decode_smem_bytes(int bucket, RowShape s) {
   return bucket == 64    ? decode_smem_bytes<64>(s)
          : bucket == 128 ? decode_smem_bytes<128>(s)
                          : decode_smem_bytes<256>(s);
+}
+
+// The shape of a call: row_shape(rows), except that up to 16 rows at head dims <= 128 take the wide
+// shape where the small one would not stream at one block per SM (`small_streams`: at most one row per
+// warp from a contiguous cache or large pages, split_heuristic.h) and the wide one's shared memory fits
+// the device (`smem_limit`, the per-block opt-in: an A100's 163 KB holds it at head dim 64 only). Wide
+// at head dim 256 would need 3 x 128 KB tiles. Measured on the H200 against the small shape
+// (bench/NOTES.md, decode v9): page 16 1.02-1.06x except batch 64 x 4k (0.98x), group 8 1.03-1.11x,
+// but contiguous group-4 calls 0.985-0.999x, which keep the small shape.
+constexpr RowShape decode_shape(int64_t rows, int bucket, size_t smem_limit, bool small_streams) {
+  const RowShape s = row_shape(rows);
+  if (s == RowShape::small && !small_streams && bucket <= 128 &&
+      decode_smem_bytes(bucket, RowShape::wide) <= smem_limit)
+    return RowShape::wide;
+  return s;
 }
 
 // The most splits of one (sequence, kv head): bounds the combine kernel's per-warp weight table.

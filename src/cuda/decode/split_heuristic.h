@@ -15,7 +15,8 @@ struct SplitInputs {
   int64_t rows = 1;      // packed query rows of one block (at most the kernel's row tile)
   int sm_count = 1;
   int blocks_per_sm = 1;   // resident blocks per SM (occupancy of the kernel)
-  bool streaming = false;  // at most one packed row per warp, a contiguous or large-page compact cache (below)
+  bool streaming = false;  // at most one packed row per warp, and a contiguous or large-page compact cache
+                           // or the wide shape (below)
   int requested = 0;       // KVCacheProblem::num_splits: > 0 overrides the heuristic
 };
 
@@ -32,8 +33,10 @@ struct SplitInputs {
 //    streaming when it takes the tile loader's compact path (cache_rows.h) with pages of at least
 //    kStreamingMinPageSize rows: page 256 at one block per SM ran as fast as contiguous (batch 16 x 32k
 //    480 us against 476; 493 with 2 splits), page 16 and 1 did not (528 and 539 us against 495 and
-//    497 with 2 splits): with pages smaller than a tile, one block per SM does not keep enough distinct
-//    pages in flight. Measured on the H200, bench/NOTES.md, decode versions 6 and 7.
+//    497 with 2 splits): with pages smaller than a tile, one small block per SM does not keep enough
+//    distinct pages in flight. Those calls take the wide shape (decode_tile.h: twice the warps, one block
+//    per SM by its shared memory), which streams them at one block per SM within 2-4% of contiguous.
+//    Measured on the H200, bench/NOTES.md, decode versions 6, 7 and 9.
 int choose_num_splits(const SplitInputs& in);
 
 // The smallest page size at which a compact paged call counts as streaming (above). Sizes between 16
