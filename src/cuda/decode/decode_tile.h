@@ -121,7 +121,7 @@ constexpr size_t decode_smem_bytes(int bucket, RowShape s) {
 // warp from a contiguous cache or large pages, split_heuristic.h) and the wide one's shared memory fits
 // the device (`smem_limit`, the per-block opt-in: an A100's 163 KB holds it at head dim 64 only). Wide
 // at head dim 256 would need 3 x 128 KB tiles. Measured on the H200 against the small shape
-// (bench/NOTES.md, decode v9): page 16 1.02-1.06x except batch 64 x 4k (0.98x), group 8 1.03-1.11x,
+// (bench/NOTES.md, decode v9): page 16 1.02-1.06x except batch 64 x 4k (0.98x), group 8 1.03-1.22x,
 // but contiguous group-4 calls 0.985-0.999x, which keep the small shape.
 constexpr RowShape decode_shape(int64_t rows, int bucket, size_t smem_limit, bool small_streams) {
   const RowShape s = row_shape(rows);
