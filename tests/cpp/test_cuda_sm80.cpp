@@ -482,6 +482,28 @@ TEST(CudaSm80, LargerProblemMatchesReference) {
   }
 }
 
+// Many tiles per problem on the paired forward tile (feature-free, D >= 160, on devices that hold two per
+// SM). In bucket 256 it runs a persistent grid when every tile costs the same: as many CTAs as the device
+// holds, each walking the tile list and loading its next tile's Q and first K tile while it finishes the
+// current one, and storing O through the quad transpose (fwd_kernel.cuh, fwd_epilogue.cuh). 1024 tiles
+// are several strides on any GPU; the last query tile of each sequence is partial, GQA and batch vary
+// across a CTA's tiles, and head dims below their bucket leave the last transposed chunks unstored.
+TEST(CudaSm80, PersistentForwardWalksManyTilesPerCta) {
+  FA_SKIP_WITHOUT_GPU("cuda_sm80");
+  uint64_t seed = 500;
+  for (int d : {160, 184, 224, 248, 256}) {
+    AttnConfig c;
+    c.dtype = d % 16 == 0 ? DType::bf16 : DType::f16;
+    c.batch = 4, c.heads = 128, c.heads_k = 16, c.head_dim = d;
+    c.seqlen_q = sm80::fwd_tile(sm80::head_dim_bucket(d), false, true).block_m + 2, c.seqlen_k = 150;
+    expect_forward_matches(c, ++seed);
+    if (d == 256) {  // no keys: no tile loads ahead, each stages its (zero) output in Q's tile
+      c.seqlen_k = 0;
+      expect_forward_matches(c, ++seed);
+    }
+  }
+}
+
 #if defined(FLASHATTN_WITH_CUDA)
 // The kernels run on the caller's stream: results on a fresh stream equal those on the default stream.
 TEST(CudaSm80, RunsOnTheCallersStream) {

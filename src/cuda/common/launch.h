@@ -35,16 +35,18 @@ inline size_t max_smem_optin(int device) {
   return static_cast<size_t>(bytes);
 }
 
-// Allows `kernel` to be launched with `bytes` of dynamic shared memory on the current device (a no-op
-// up to 48 KB). The device limit is read, not assumed: it differs between sm_80, sm_86 and sm_90.
+// Allows `kernel` to be launched with `bytes` of dynamic shared memory on the current device. Without
+// the opt-in a block may use 48 KB in all, static (the kernel's __shared__ variables, about
+// `static_bytes`: ptxas rounds it up) and dynamic together, so a kernel with static shared memory always
+// opts in. The device limit is read, not assumed: it differs between sm_80, sm_86 and sm_90.
 template <typename Kernel>
-void allow_dynamic_smem(Kernel kernel, size_t bytes, int device, const char* name) {
-  if (bytes <= kDefaultSmemLimit) return;
+void allow_dynamic_smem(Kernel kernel, size_t bytes, int device, const char* name, size_t static_bytes = 0) {
+  if (bytes <= kDefaultSmemLimit && static_bytes == 0) return;
   const size_t limit = max_smem_optin(device);
-  if (bytes > limit)
-    throw Error(Status::unsupported, std::string("flashattn: ") + name + ": needs " + std::to_string(bytes) +
-                                         " bytes of shared memory per block, the device allows " +
-                                         std::to_string(limit));
+  if (bytes + static_bytes > limit)
+    throw Error(Status::unsupported,
+                std::string("flashattn: ") + name + ": needs " + std::to_string(bytes + static_bytes) +
+                    " bytes of shared memory per block, the device allows " + std::to_string(limit));
   FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
 

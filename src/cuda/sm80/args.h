@@ -27,7 +27,9 @@ struct ScoreArgs {
 struct FwdArgs {
   FwdProblem p;
   ScoreArgs s;
-  int num_m_blocks = 0;  // query tiles per (sequence, head), from seqlen_q (max_seqlen_q when varlen)
+  int num_m_blocks = 0;     // query tiles per (sequence, head), from seqlen_q (max_seqlen_q when varlen)
+  int num_tiles = 0;        // num_m_blocks * heads * batch: the work tiles of the grid (fwd_kernel.cuh)
+  bool persistent = false;  // every tile costs the same: the grid may be smaller than the tile list
 };
 
 struct BwdArgs {

@@ -119,6 +119,16 @@ bool paired_fwd_disabled() {
   return off;
 }
 
+// FLASHATTN_SM80_PERSISTENT_FWD=0 keeps the forward's grid at one CTA per tile (read once per process): a
+// benchmarking switch, as above, for the persistent grid of fwd_kernel.cuh.
+bool persistent_fwd_disabled() {
+  static const bool off = [] {
+    const char* v = std::getenv("FLASHATTN_SM80_PERSISTENT_FWD");
+    return v != nullptr && std::string(v) == "0";
+  }();
+  return off;
+}
+
 // Whether the forward of `p` runs the paired tile on its device (kernel_traits.h).
 bool paired_fwd(const FwdProblem& p) {
   const DeviceProps& d = device_props(p.device.index);
@@ -153,7 +163,7 @@ std::string supports_bwd(const BwdProblem& p) {
 
 void run_fwd(const FwdProblem& p, Stream stream) {
   cuda::DeviceGuard guard(p.device);
-  cuda::sm80::launch_fwd(p, paired_fwd(p), static_cast<cudaStream_t>(stream));
+  cuda::sm80::launch_fwd(p, paired_fwd(p), !persistent_fwd_disabled(), static_cast<cudaStream_t>(stream));
 }
 
 void run_bwd(const BwdProblem& p, Stream stream) {

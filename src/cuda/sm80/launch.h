@@ -24,9 +24,10 @@ void run_bwd_dq(BwdArgs args, cudaStream_t stream);
 ScoreArgs make_score_args(const FwdProblem& p);
 
 // Enqueue the whole forward / backward of `p` on `stream` (the caller has made p.device current).
-// `paired`: the device runs the forward's paired tiles (use_paired_fwd). `smem_optin`: the shared memory
-// a CTA of p.device may opt into, which picks the backward's partition.
-void launch_fwd(const FwdProblem& p, bool paired, cudaStream_t stream);
+// `paired`: the device runs the forward's paired tiles (use_paired_fwd). `persistent`: the forward may run
+// a grid smaller than its tile list where every tile costs the same (fwd_kernel.cuh). `smem_optin`: the
+// shared memory a CTA of p.device may opt into, which picks the backward's partition.
+void launch_fwd(const FwdProblem& p, bool paired, bool persistent, cudaStream_t stream);
 void launch_bwd(const BwdProblem& p, int64_t smem_optin, cudaStream_t stream);
 
 }  // namespace flashattn::detail::cuda::sm80
