@@ -2,8 +2,9 @@
 
 // FlashAttention-2 forward on sm80+ tensor cores. A CTA computes work tiles of kBlockM query rows of one
 // head and sequence, listed query tile fastest (so the CTAs sharing a K/V head run together and share it
-// through L2; heavier causal tiles first): one tile per CTA, or, where every tile costs the same, a grid
-// of as many CTAs as the device holds at once, each walking the list with the grid's stride.
+// through L2; heavier causal tiles first): one tile per CTA, or, in the paired D = 256 instance on a call
+// whose tiles all cost the same, a grid of as many CTAs as the device holds at once, each walking the
+// list with the grid's stride (fwd_persistent).
 //
 // Pipeline (one buffer each for K and V, loads always one product ahead, as FlashAttention-2):
 //   first tile: cp.async Q, K[first]                                        -> wait, barrier
@@ -17,8 +18,9 @@
 // (feature-free) the softmax's exp2 run slice by slice inside P V (fwd_mainloop.cuh). Each barrier both
 // publishes the landed tile and certifies that every warp finished reading the buffer about to be
 // overwritten (K and Q after QK^T, V after PV), so one buffer per operand suffices and shared memory stays
-// at Q + K + V (128 KB at head dim 256, within sm80's 163 KB). The epilogue stores O from registers
-// (fwd_epilogue.cuh), so the Q tile is free for the next work tile's rows.
+// at Q + K + V (128 KB at head dim 256, within sm80's 163 KB). The epilogue stages O through the Q tile,
+// or, when the next work tile's rows are already landing there, stores it from registers after a quad
+// transpose (fwd_epilogue.cuh).
 //
 // Tiles left of / right of the visible band of the CTA's rows are never visited; only tiles that
 // straddle a mask boundary (or the sequence end) run the element-wise mask (tile_range.h).
@@ -120,23 +122,25 @@ struct FwdTilePlace {
   }
 };
 
-// Whether an instance runs the persistent grid (the next tile's loads issued in the last key tile): the
-// paired tile at D = 256 only. Measured on the H200 (interleaved with SDPA flash, bench/NOTES.md, sm80
-// version 12): D = 256 +2.7% at S = 512 and +1.0% at 1k over the same kernel with one tile per CTA;
-// D = 160 and 224 (paired) 0.98-0.99x, D = 192 0.98-1.02x; D = 128 (128 x 64, also two CTAs per SM)
-// 3.7-3.9% slower. The other instances keep one tile per CTA, with the code of version 11. D = 64 could
-// not have it anyway: beside its S tile of 128 keys the prefetch's copies spill 24-32 bytes on sm_90a.
+// Whether a tile has a persistent instance (the grid of resident CTAs, the next tile's loads issued in the
+// last key tile), run on calls whose tiles all cost the same: the paired tile at D = 256 only. Measured on the H200
+// (interleaved with SDPA flash, bench/NOTES.md, sm80 version 12): D = 256 +2.7% at S = 512 and +1.0% at 1k over the
+// same kernel with one tile per CTA; D = 160 and 224 (paired) 0.98-0.99x, D = 192 0.98-1.02x; D = 128 (128 x 64, also
+// two CTAs per SM) 3.7-3.9% slower. Every other instance runs one tile per CTA, with the code of version 11. D = 64
+// could not have it anyway: beside its S tile of 128 keys the prefetch's copies spill 24-32 bytes on sm_90a.
 template <int kHeadDim, bool kPaired>
 constexpr bool fwd_persistent() {
   return kPaired && kHeadDim == 256;
 }
 
-template <typename T, int kHeadDim, bool kGeneral, bool kPaired>
+// kPersistent: the instance that walks the tile list with a grid of resident CTAs (fwd_persistent); the
+// other runs one tile per CTA.
+template <typename T, int kHeadDim, bool kGeneral, bool kPaired, bool kPersistent>
 __global__ void __launch_bounds__(FwdMainloop<T, kHeadDim, kGeneral, kPaired>::kThreads, kPaired ? 2 : 1)
     fwd_kernel(const __grid_constant__ FwdArgs args) {
   using Main = FwdMainloop<T, kHeadDim, kGeneral, kPaired>;
   using Place = FwdTilePlace<Main>;
-  constexpr bool kPersistent = fwd_persistent<kHeadDim, kPaired>();
+  static_assert(!kPersistent || fwd_persistent<kHeadDim, kPaired>(), "no persistent instance for this tile");
   constexpr int kBlockN = Main::kBlockN, kMFrags = Main::kMFrags;
   constexpr int kNFrags = Main::kNFrags, kDFrags = Main::kDFrags;
 
@@ -324,35 +328,38 @@ int64_t fwd_grid(Kernel kernel, int threads, int smem_bytes, int64_t tiles, bool
   return tiles < it->second ? tiles : it->second;
 }
 
-template <typename T, int kHeadDim, bool kGeneral, bool kPaired = false>
+template <typename T, int kHeadDim, bool kGeneral, bool kPaired = false, bool kPersistent = false>
 void run_fwd_instance(FwdArgs args, cudaStream_t stream) {
   using Main = FwdMainloop<T, kHeadDim, kGeneral, kPaired>;
   args.num_m_blocks = int(ceil_div(args.p.seqlen_q, Main::kBlockM));
   const int64_t tiles = int64_t(args.num_m_blocks) * args.p.heads * args.p.batch;
   if (tiles == 0) return;
   args.num_tiles = int(tiles);  // supports_fwd keeps it within the grid limit, 2^31 - 1
-  auto kernel = fwd_kernel<T, kHeadDim, kGeneral, kPaired>;
+  auto kernel = fwd_kernel<T, kHeadDim, kGeneral, kPaired, kPersistent>;
   // (the static shared memory is fwd_kernel's next_loads)
   allow_dynamic_smem(kernel, Main::kSmemBytes, args.p.device.index, "sm80 forward",
-                     fwd_persistent<kHeadDim, kPaired>() ? 2 * sizeof(FwdTileLoads<T>) : 0);
-  args.persistent = args.persistent && fwd_persistent<kHeadDim, kPaired>();
-  const int64_t blocks =
-      fwd_grid(kernel, Main::kThreads, Main::kSmemBytes, tiles, args.persistent, args.p.device.index);
+                     kPersistent ? 2 * sizeof(FwdTileLoads<T>) : 0);
+  const int64_t blocks = fwd_grid(kernel, Main::kThreads, Main::kSmemBytes, tiles, kPersistent, args.p.device.index);
   kernel<<<grid_1d(blocks, "sm80 forward"), Main::kThreads, Main::kSmemBytes, stream>>>(args);
   FA_CUDA_CHECK_LAUNCH("sm80 forward kernel");
 }
 
 // Launches the forward for one (dtype, head-dim bucket); instantiated in fwd_hdim<D>.cu. `paired`:
-// the device runs the paired tile where the bucket has one (use_paired_fwd).
+// the device runs the paired tile where the bucket has one (use_paired_fwd). The paired tile of bucket
+// 256 has two instances: the persistent one for calls whose tiles all cost the same (args.persistent),
+// and one tile per CTA for the others, with the code of version 11: with one kernel for both, causal
+// calls measured 2.2-2.9% slower at S = 512-1k (bench/NOTES.md, sm80 version 12).
 template <typename T, int kHeadDim>
 void run_fwd(FwdArgs args, bool paired, cudaStream_t stream) {
   if (needs_general_fwd(args.p)) {
     run_fwd_instance<T, kHeadDim, true>(args, stream);
   } else if constexpr (has_paired_fwd(kHeadDim, false)) {
-    if (paired)
-      run_fwd_instance<T, kHeadDim, false, true>(args, stream);
-    else
+    if (!paired)
       run_fwd_instance<T, kHeadDim, false>(args, stream);
+    else if (fwd_persistent<kHeadDim, true>() && args.persistent)
+      run_fwd_instance<T, kHeadDim, false, true, fwd_persistent<kHeadDim, true>()>(args, stream);
+    else
+      run_fwd_instance<T, kHeadDim, false, true>(args, stream);
   } else {
     run_fwd_instance<T, kHeadDim, false>(args, stream);
   }
