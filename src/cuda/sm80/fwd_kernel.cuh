@@ -122,12 +122,13 @@ struct FwdTilePlace {
   }
 };
 
-// Whether a tile has a persistent instance (the grid of resident CTAs, the next tile's loads issued in the
-// last key tile), run on calls whose tiles all cost the same: the paired tile at D = 256 only. Measured on the H200
-// (interleaved with SDPA flash, bench/NOTES.md, sm80 version 12): D = 256 +2.7% at S = 512 and +1.0% at 1k over the
-// same kernel with one tile per CTA; D = 160 and 224 (paired) 0.98-0.99x, D = 192 0.98-1.02x; D = 128 (128 x 64, also
-// two CTAs per SM) 3.7-3.9% slower. Every other instance runs one tile per CTA, with the code of version 11. D = 64
-// could not have it anyway: beside its S tile of 128 keys the prefetch's copies spill 24-32 bytes on sm_90a.
+// Whether a tile has a persistent instance (the grid of resident CTAs, the next tile's loads issued in
+// the last key tile), run on calls whose tiles all cost the same: the paired tile at D = 256 only.
+// Measured on the H200 (interleaved with SDPA flash, bench/NOTES.md, sm80 version 12): D = 256 +2.7-3.6%
+// at S = 512 and +1.0-1.7% at 1k over the same kernel with one tile per CTA; D = 160 and 224 (paired)
+// 0.98-0.99x, D = 192 0.98-1.02x; D = 128 (128 x 64, also two CTAs per SM) 3.7-3.9% slower. Every other
+// instance runs one tile per CTA, with the code of version 11. D = 64 could not have it anyway: beside
+// its S tile of 128 keys the prefetch's copies spill 24-32 bytes on sm_90a.
 template <int kHeadDim, bool kPaired>
 constexpr bool fwd_persistent() {
   return kPaired && kHeadDim == 256;
@@ -296,9 +297,7 @@ __global__ void __launch_bounds__(FwdMainloop<T, kHeadDim, kGeneral, kPaired>::k
       FwdEpilogue<T, Main>::store_transposed(o, softmax, out_tile, p.out.row_stride, lse_tile, t.valid_rows, d_chunks,
                                              warp_row0, kGeneral && args.s.dropout ? args.s.keep_scale : 1.0f, lane);
     } else {
-      // Q's tile is free (no next tile was loaded into it): the staged stores. With the transposed ones
-      // everywhere, the D = 256 kernel measured 1.5-2.1% slower than version 11 at S = 512-1k causal,
-      // where it runs one tile per CTA (bench/NOTES.md, sm80 version 12).
+      // Q's tile is free (no next tile was loaded into it): the staged stores, as version 11.
       FwdEpilogue<T, Main>::store_staged(o, softmax, sq, out_tile, p.out.row_stride, lse_tile, t.valid_rows, d_chunks,
                                          warp_row0, kGeneral && args.s.dropout ? args.s.keep_scale : 1.0f, lane);
       if constexpr (!kPersistent) break;  // one tile per CTA: the grid is the tile list
