@@ -1,13 +1,16 @@
 #pragma once
 
 // Launch-configuration helpers shared by the CUDA backends: 1-D grids (large problem dimensions are
-// folded into blockIdx.x, whose limit is 2^31 - 1, instead of gridDim.y/z, limited to 65535) and the
-// opt-in for more than 48 KB of dynamic shared memory per block.
+// folded into blockIdx.x, whose limit is 2^31 - 1, instead of gridDim.y/z, limited to 65535), the
+// opt-in for more than 48 KB of dynamic shared memory per block, and a cache of per-kernel facts.
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <string>
+#include <utility>
 
 #include "cuda/common/check.h"
 #include "flashattn/error.h"
@@ -48,6 +51,20 @@ void allow_dynamic_smem(Kernel kernel, size_t bytes, int device, const char* nam
                 std::string("flashattn: ") + name + ": needs " + std::to_string(bytes + static_bytes) +
                     " bytes of shared memory per block, the device allows " + std::to_string(limit));
   FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+}
+
+// compute(), run once per (kernel, device) for this call site and remembered: a kernel's attributes and
+// occupancy do not change while the process runs. Keyed by the kernel's address, since kernels of one
+// signature share a type. Thread-safe.
+template <typename Value, typename Compute>
+Value once_per_kernel(const void* kernel, int device, Compute&& compute) {
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, int>, Value> values;
+  const std::pair<const void*, int> key{kernel, device};
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = values.find(key);
+  if (it == values.end()) it = values.emplace(key, compute()).first;
+  return it->second;
 }
 
 }  // namespace flashattn::detail::cuda

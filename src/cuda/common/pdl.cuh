@@ -14,11 +14,10 @@
 
 #include <cuda_runtime.h>
 
-#include <map>
-#include <mutex>
 #include <utility>
 
 #include "cuda/common/check.h"
+#include "cuda/common/launch.h"
 
 namespace flashattn::detail::cuda {
 
@@ -38,17 +37,11 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 // per kernel and device.
 template <typename... Params>
 bool pdl_capable(void (*kernel)(Params...), int device) {
-  static std::mutex mutex;
-  static std::map<std::pair<const void*, int>, bool> capable;
-  const std::pair<const void*, int> key{reinterpret_cast<const void*>(kernel), device};
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = capable.find(key);
-  if (it == capable.end()) {
+  return once_per_kernel<bool>(reinterpret_cast<const void*>(kernel), device, [&] {
     cudaFuncAttributes attr{};
     FA_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
-    it = capable.emplace(key, attr.ptxVersion >= 90).first;
-  }
-  return it->second;
+    return attr.ptxVersion >= 90;
+  });
 }
 
 // kernel<<<grid, block, smem, stream>>>(args...), with programmatic stream serialisation when `pdl`.

@@ -32,9 +32,6 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
-#include <map>
-#include <mutex>
-#include <utility>
 
 #include "common/philox.h"
 #include "common/score.h"
@@ -312,19 +309,14 @@ __global__ void __launch_bounds__(FwdMainloop<T, kHeadDim, kGeneral, kPaired>::k
 template <typename Kernel>
 int64_t fwd_grid(Kernel kernel, int threads, int smem_bytes, int64_t tiles, bool persistent, int device) {
   if (!persistent) return tiles;
-  static std::mutex mutex;
-  // CTAs of a kernel a device holds at once (every instance has the type of `kernel`: keyed by address)
-  static std::map<std::pair<const void*, int>, int64_t> resident;
-  std::lock_guard<std::mutex> lock(mutex);
-  const std::pair<const void*, int> key{reinterpret_cast<const void*>(kernel), device};
-  auto it = resident.find(key);
-  if (it == resident.end()) {
+  // CTAs of the kernel the device holds at once
+  const int64_t resident = once_per_kernel<int64_t>(reinterpret_cast<const void*>(kernel), device, [&] {
     int per_sm = 0, sms = 0;
     FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem_bytes));
     FA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    it = resident.emplace(key, int64_t(per_sm > 0 ? per_sm : 1) * sms).first;
-  }
-  return tiles < it->second ? tiles : it->second;
+    return int64_t(per_sm > 0 ? per_sm : 1) * sms;
+  });
+  return tiles < resident ? tiles : resident;
 }
 
 template <typename T, int kHeadDim, bool kGeneral, bool kPaired = false, bool kPersistent = false>
