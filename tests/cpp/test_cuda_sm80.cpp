@@ -21,6 +21,7 @@
 #include "cuda/sm80/dropout_lanes.h"
 #include "cuda/sm80/kernel_traits.h"
 #include "cuda/sm80/smem_layout.h"
+#include "cuda/sm80/tile_order.h"
 #include "cuda/sm80/tile_range.h"
 #include "gpu_test.h"
 #include "naive_lowp.h"
@@ -269,6 +270,55 @@ TEST(CudaSm80TileRange, RangesAndFullVisibilityMatchTheMask) {
 
 // ---------------------------------------------------------------------------------------------------
 // Dropout lane exchange (dropout.cuh) replayed on the host for one warp
+
+// The forward's tile order (tile_order.h) is a permutation of (query tile, (sequence, head)): the heavy
+// part in groups of heads, each heaviest query tile first, then the light tail of every head, heaviest
+// first; the default order is per head, heavy first.
+TEST(CudaSm80TileOrder, MaskedOrderIsAPermutationWithGroupsThenALightTail) {
+  const auto check = [](const sm80::TileOrder& o) {
+    SCOPED_TRACE(std::to_string(o.m_blocks) + " query tiles, " + std::to_string(o.head_seqs) + " heads, groups of " +
+                 std::to_string(o.group) + " (+1 in " + std::to_string(o.extra) + "), light below " +
+                 std::to_string(o.light_m));
+    std::set<std::pair<int, int>> seen;
+    int prev_m = o.m_blocks;
+    for (int t = 0; t < o.m_blocks * o.head_seqs; ++t) {
+      const sm80::TileCoord c = sm80::fwd_tile_coord(t, o);
+      ASSERT_GE(c.m_block, 0);
+      ASSERT_LT(c.m_block, o.m_blocks);
+      ASSERT_GE(c.head_seq, 0);
+      ASSERT_LT(c.head_seq, o.head_seqs);
+      EXPECT_TRUE(seen.emplace(c.m_block, c.head_seq).second) << "tile " << t << " repeats";
+      const bool light = c.m_block < o.light_m;
+      EXPECT_EQ(light, t >= (o.m_blocks - o.light_m) * o.head_seqs) << "tile " << t;
+      if (light && t > (o.m_blocks - o.light_m) * o.head_seqs) EXPECT_LE(c.m_block, prev_m) << "tile " << t;
+      prev_m = c.m_block;
+    }
+    EXPECT_EQ(int(seen.size()), o.m_blocks * o.head_seqs);
+  };
+  for (int m_blocks : {1, 3, 8, 64}) {
+    for (int head_seqs : {1, 5, 12, 64}) {
+      sm80::TileOrder per_head;
+      per_head.m_blocks = m_blocks, per_head.head_seqs = head_seqs;
+      check(per_head);
+      for (int t = 0; t < m_blocks * head_seqs; ++t) {
+        const sm80::TileCoord c = sm80::fwd_tile_coord(t, per_head);
+        EXPECT_EQ(c.head_seq, t / m_blocks);
+        EXPECT_EQ(c.m_block, m_blocks - 1 - t % m_blocks);
+      }
+      for (int64_t kv_bytes : {int64_t(1) << 18, int64_t(1) << 22, int64_t(1) << 26})
+        for (int64_t slots : {8, 264})
+          check(sm80::fwd_masked_tile_order(m_blocks, head_seqs, kv_bytes, 1, 50 << 20, slots));
+    }
+  }
+  // Groups hold as many heads as keep their K and V within half the L2, in groups of equal size; the tail
+  // is about two waves of the lightest tiles, and at least one query tile stays in the heavy part.
+  const sm80::TileOrder o = sm80::fwd_masked_tile_order(128, 16, int64_t(8) << 20, 1, 60 << 20, 264);
+  EXPECT_EQ(o.group, 2);  // 3 heads fit in 30 MB: 16 heads in 6 groups, 4 of 3 and 2 of 2
+  EXPECT_EQ(o.extra, 4);
+  EXPECT_GT(o.light_m, 0);
+  EXPECT_LT(o.light_m, 128);
+  EXPECT_EQ(sm80::fwd_masked_tile_order(4, 2, 1 << 20, 1, 60 << 20, 264).light_m, 3);
+}
 
 TEST(CudaSm80Dropout, LaneExchangeReproducesThePhiloxKeepMask) {
   const DropoutParams d{0.5f, 0x9E3779B97F4A7C15ull, 11};

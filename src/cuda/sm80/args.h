@@ -9,6 +9,7 @@
 #include "api/problem.h"
 #include "common/host_device.h"
 #include "common/score.h"
+#include "cuda/sm80/tile_order.h"
 
 namespace flashattn::detail::cuda::sm80 {
 
@@ -24,12 +25,30 @@ struct ScoreArgs {
   int group = 1;                // query heads per kv head
 };
 
+#if defined(FLASHATTN_SM80_TRACE)
+// Trace builds only (docs/kernels.md, "Tracing the forward's CTAs"): when and where each CTA ran.
+struct FwdCtaTrace {
+  uint32_t smid = 0;
+  int m_block = 0;                    // the query tile of the CTA's last work tile
+  uint64_t start_ns = 0, end_ns = 0;  // %globaltimer at the CTA's start and after its last store
+};
+#endif
+
 struct FwdArgs {
   FwdProblem p;
   ScoreArgs s;
   int num_m_blocks = 0;     // query tiles per (sequence, head), from seqlen_q (max_seqlen_q when varlen)
   int num_tiles = 0;        // num_m_blocks * heads * batch: the work tiles of the grid (fwd_kernel.cuh)
   bool persistent = false;  // every tile costs the same: the grid may be smaller than the tile list
+  TileOrder order;          // the order of the tile list (tile_order.h), set by run_fwd_instance
+  // What a masked call's order is sized by (launch_fwd): the device's L2 and the CTAs it runs at once;
+  // slots = 0: the per-head order (unmasked and varlen calls).
+  struct {
+    int64_t l2_bytes = 0, slots = 0;
+  } masked_order;
+#if defined(FLASHATTN_SM80_TRACE)
+  FwdCtaTrace* trace = nullptr;  // one per CTA
+#endif
 };
 
 struct BwdArgs {

@@ -35,6 +35,8 @@ struct DeviceProps {
   int major = 0, minor = 0;
   int64_t smem_optin = 0;
   int64_t smem_per_sm = 0;
+  int64_t l2_bytes = 0;
+  int sms = 0;
 };
 
 const DeviceProps& device_props(int device) {
@@ -44,17 +46,20 @@ const DeviceProps& device_props(int device) {
   auto it = cache.find(device);
   if (it != cache.end()) return it->second;
   DeviceProps d;
-  int smem = 0, smem_sm = 0;
+  int smem = 0, smem_sm = 0, l2 = 0;
   cudaError_t err = cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, device);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&d.minor, cudaDevAttrComputeCapabilityMinor, device);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, device);
   if (err != cudaSuccess) {
     cudaGetLastError();  // not sticky: clear it so the caller's next CUDA call does not see it
     d.error = std::string("cannot query cuda:") + std::to_string(device) + ": " + cudaGetErrorString(err);
   }
   d.smem_optin = smem;
   d.smem_per_sm = smem_sm;
+  d.l2_bytes = l2;
   return cache.emplace(device, d).first->second;
 }
 
@@ -129,6 +134,16 @@ bool persistent_fwd_disabled() {
   return off;
 }
 
+// FLASHATTN_SM80_TILE_GROUPS=0 lists a masked forward's tiles per head (tile_order.h), as before version
+// 14 (read once per process): a benchmarking switch, as above.
+bool tile_groups_disabled() {
+  static const bool off = [] {
+    const char* v = std::getenv("FLASHATTN_SM80_TILE_GROUPS");
+    return v != nullptr && std::string(v) == "0";
+  }();
+  return off;
+}
+
 // Whether the forward of `p` runs the paired tile on its device (kernel_traits.h).
 bool paired_fwd(const FwdProblem& p) {
   const DeviceProps& d = device_props(p.device.index);
@@ -163,7 +178,9 @@ std::string supports_bwd(const BwdProblem& p) {
 
 void run_fwd(const FwdProblem& p, Stream stream) {
   cuda::DeviceGuard guard(p.device);
-  cuda::sm80::launch_fwd(p, paired_fwd(p), !persistent_fwd_disabled(), static_cast<cudaStream_t>(stream));
+  const DeviceProps& d = device_props(p.device.index);
+  const cuda::sm80::FwdDevice device{tile_groups_disabled() ? 0 : d.l2_bytes, d.sms};
+  cuda::sm80::launch_fwd(p, paired_fwd(p), !persistent_fwd_disabled(), device, static_cast<cudaStream_t>(stream));
 }
 
 void run_bwd(const BwdProblem& p, Stream stream) {

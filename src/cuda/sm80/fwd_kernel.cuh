@@ -1,8 +1,8 @@
 #pragma once
 
 // FlashAttention-2 forward on sm80+ tensor cores. A CTA computes work tiles of kBlockM query rows of one
-// head and sequence, listed query tile fastest (so the CTAs sharing a K/V head run together and share it
-// through L2; heavier causal tiles first): one tile per CTA, or, in the paired D = 256 instance on a call
+// head and sequence, listed so that the CTAs sharing a K/V head run together and share it through L2,
+// heavier causal tiles first (tile_order.h): one tile per CTA, or, in the paired D = 256 instance on a call
 // whose tiles all cost the same, a grid of as many CTAs as the device holds at once, each walking the
 // list with the grid's stride (fwd_persistent).
 //
@@ -32,6 +32,11 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#if defined(FLASHATTN_SM80_TRACE)
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+#endif
 
 #include "common/philox.h"
 #include "common/score.h"
@@ -73,8 +78,8 @@ struct FwdTileLoads {
 };
 
 // Where work tile `tile` of the grid's list lies: its query rows, head and sequence, and the key tiles it
-// visits. Tiles are listed query tile fastest (reversed: heavier causal tiles first), then head, then
-// sequence.
+// visits. The list's order: tile_order.h (per head, heavier query tiles first; on masked calls, the heavy
+// tiles in groups of heads, then the light tiles of every head).
 template <typename Main>
 struct FwdTilePlace {
   int64_t b = 0, h = 0;
@@ -85,10 +90,11 @@ struct FwdTilePlace {
 
   __device__ __forceinline__ FwdTilePlace(const FwdArgs& args, int tile) {
     const FwdProblem& p = args.p;
-    const int m_block = args.num_m_blocks - 1 - tile % args.num_m_blocks;
-    const int head_seq = tile / args.num_m_blocks, heads = int(p.heads);
-    h = head_seq % heads;
-    b = head_seq / heads;
+    const int heads = int(p.heads);
+    const TileCoord c = fwd_tile_coord(tile, args.order);
+    const int m_block = c.m_block;
+    h = c.head_seq % heads;
+    b = c.head_seq / heads;
     seq = seq_range(p, b);
     m0 = int64_t(m_block) * Main::kBlockM;
     if (m0 >= seq.sq) return;
@@ -152,6 +158,10 @@ __global__ void __launch_bounds__(FwdMainloop<T, kHeadDim, kGeneral, kPaired>::k
   const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int warp_row0 = warp * Main::kWarpRows;
   const int d_chunks = int(p.head_dim / 8);
+#if defined(FLASHATTN_SM80_TRACE)
+  const uint64_t trace_start = ptx::global_ns();
+  int trace_m = 0;
+#endif
 
   // A grid smaller than the tile list (persistent, run_fwd_instance) walks it with a stride of the grid;
   // each tile's Q and first K tile are then loaded during the previous tile's last softmax, P V and
@@ -173,6 +183,9 @@ __global__ void __launch_bounds__(FwdMainloop<T, kHeadDim, kGeneral, kPaired>::k
     }
     prefetched = false;
     parity ^= 1;
+#if defined(FLASHATTN_SM80_TRACE)
+    trace_m = int(t.m0 / Main::kBlockM);
+#endif
     const Mask mask = make_mask(p.score, t.seq.sq, t.seq.sk);
     const T* k_seq = t.template k_rows<T>(args);
     const T* v_seq = t.template v_rows<T>(args);
@@ -300,6 +313,10 @@ __global__ void __launch_bounds__(FwdMainloop<T, kHeadDim, kGeneral, kPaired>::k
       if constexpr (!kPersistent) break;  // one tile per CTA: the grid is the tile list
     }
   }
+#if defined(FLASHATTN_SM80_TRACE)
+  __syncthreads();
+  if (tid == 0) args.trace[blockIdx.x] = FwdCtaTrace{ptx::sm_id(), trace_m, trace_start, ptx::global_ns()};
+#endif
 }
 
 // The grid of a forward with `tiles` work tiles: one CTA per tile, or, for a problem whose tiles all cost
@@ -319,6 +336,31 @@ int64_t fwd_grid(Kernel kernel, int threads, int smem_bytes, int64_t tiles, bool
   return tiles < resident ? tiles : resident;
 }
 
+#if defined(FLASHATTN_SM80_TRACE)
+// Appends the CTAs of one forward to the CSV file named by FLASHATTN_SM80_TRACE_FILE (call, CTA, SM, start
+// and end in ns from the call's first start, query tiles per head, tiles, causal, the CTA's query tile) and
+// frees the buffer. Calls are numbered per process.
+inline void write_fwd_trace(const FwdArgs& args, int64_t blocks, cudaStream_t stream) {
+  static int call = 0;
+  std::vector<FwdCtaTrace> trace(static_cast<size_t>(blocks));
+  FA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  FA_CUDA_CHECK(cudaMemcpy(trace.data(), args.trace, trace.size() * sizeof(FwdCtaTrace), cudaMemcpyDeviceToHost));
+  FA_CUDA_CHECK(cudaFree(args.trace));
+  const char* path = std::getenv("FLASHATTN_SM80_TRACE_FILE");
+  std::FILE* f = path ? std::fopen(path, "a") : nullptr;
+  if (f == nullptr) return;
+  uint64_t t0 = ~uint64_t(0);
+  for (const FwdCtaTrace& t : trace) t0 = t.start_ns < t0 ? t.start_ns : t0;
+  for (size_t i = 0; i < trace.size(); ++i)
+    std::fprintf(f, "%d,%zu,%u,%llu,%llu,%d,%d,%d,%d\n", call, i, trace[i].smid,
+                 static_cast<unsigned long long>(trace[i].start_ns - t0),
+                 static_cast<unsigned long long>(trace[i].end_ns - t0), args.num_m_blocks, args.num_tiles,
+                 args.p.score.window_right >= 0 ? 1 : 0, trace[i].m_block);
+  std::fclose(f);
+  ++call;
+}
+#endif
+
 template <typename T, int kHeadDim, bool kGeneral, bool kPaired = false, bool kPersistent = false>
 void run_fwd_instance(FwdArgs args, cudaStream_t stream) {
   using Main = FwdMainloop<T, kHeadDim, kGeneral, kPaired>;
@@ -326,13 +368,25 @@ void run_fwd_instance(FwdArgs args, cudaStream_t stream) {
   const int64_t tiles = int64_t(args.num_m_blocks) * args.p.heads * args.p.batch;
   if (tiles == 0) return;
   args.num_tiles = int(tiles);  // supports_fwd keeps it within the grid limit, 2^31 - 1
+  args.order.m_blocks = args.num_m_blocks, args.order.head_seqs = int(args.p.batch * args.p.heads);
+  if (args.masked_order.slots > 0) {
+    const int64_t kv_bytes = args.p.seqlen_k * args.p.head_dim * 2 * dtype_size(args.p.dtype);
+    args.order = fwd_masked_tile_order(args.num_m_blocks, args.order.head_seqs, kv_bytes, args.p.group_size(),
+                                       args.masked_order.l2_bytes, args.masked_order.slots);
+  }
   auto kernel = fwd_kernel<T, kHeadDim, kGeneral, kPaired, kPersistent>;
   // (the static shared memory is fwd_kernel's next_loads)
   allow_dynamic_smem(kernel, Main::kSmemBytes, args.p.device.index, "sm80 forward",
                      kPersistent ? 2 * sizeof(FwdTileLoads<T>) : 0);
   const int64_t blocks = fwd_grid(kernel, Main::kThreads, Main::kSmemBytes, tiles, kPersistent, args.p.device.index);
+#if defined(FLASHATTN_SM80_TRACE)
+  FA_CUDA_CHECK(cudaMalloc(&args.trace, blocks * sizeof(FwdCtaTrace)));
+#endif
   kernel<<<grid_1d(blocks, "sm80 forward"), Main::kThreads, Main::kSmemBytes, stream>>>(args);
   FA_CUDA_CHECK_LAUNCH("sm80 forward kernel");
+#if defined(FLASHATTN_SM80_TRACE)
+  write_fwd_trace(args, blocks, stream);
+#endif
 }
 
 // Launches the forward for one (dtype, head-dim bucket); instantiated in fwd_hdim<D>.cu. `paired`:

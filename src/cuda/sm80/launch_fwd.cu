@@ -5,6 +5,7 @@
 #include "common/philox.h"
 #include "cuda/sm80/launch.h"
 #include "cuda/sm80/switch.h"
+#include "cuda/sm80/tile_order.h"
 
 namespace flashattn::detail::cuda::sm80 {
 
@@ -20,12 +21,21 @@ ScoreArgs make_score_args(const FwdProblem& p) {
   return s;
 }
 
-void launch_fwd(const FwdProblem& p, bool paired, bool persistent, cudaStream_t stream) {
+void launch_fwd(const FwdProblem& p, bool paired, bool persistent, const FwdDevice& device, cudaStream_t stream) {
   FwdArgs args;
   args.p = p;
   args.s = make_score_args(p);
   // Tiles cost the same when no row is masked and every sequence has the same lengths.
-  args.persistent = persistent && p.cu_seqlens_q == nullptr && p.score.window_left < 0 && p.score.window_right < 0;
+  const bool masked = p.score.window_left >= 0 || p.score.window_right >= 0;
+  args.persistent = persistent && p.cu_seqlens_q == nullptr && !masked;
+  // Masked tiles differ in cost: the order of tile_order.h, sized in run_fwd_instance. Varlen lists keep
+  // the per-head order: their costs vary with the sequences too.
+  if (masked && p.cu_seqlens_q == nullptr && device.l2_bytes > 0) {
+    args.masked_order.l2_bytes = device.l2_bytes;
+    // Every forward tile on sm_90 runs two CTAs per SM (kernel_traits.h); on sm_80 the larger ones one,
+    // where this counts twice the slots and the light tail is two waves' worth of four.
+    args.masked_order.slots = 2 * int64_t(device.sms);
+  }
   dtype_switch(p.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     head_dim_switch(head_dim_bucket(p.head_dim),
