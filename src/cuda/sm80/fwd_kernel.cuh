@@ -79,8 +79,9 @@ struct FwdTileLoads {
 
 // Where work tile `tile` of the grid's list lies: its query rows, head and sequence, and the key tiles it
 // visits. The list's order: tile_order.h (per head, heavier query tiles first; on masked calls, the heavy
-// tiles in groups of heads, then the light tiles of every head).
-template <typename Main>
+// tiles in groups of heads, then the light tiles of every head). kPerHead: the per-head order compiled
+// in, for the persistent instance, which runs unmasked calls only (its code as version 12 measured it).
+template <typename Main, bool kPerHead = false>
 struct FwdTilePlace {
   int64_t b = 0, h = 0;
   SeqRange seq;
@@ -90,11 +91,12 @@ struct FwdTilePlace {
 
   __device__ __forceinline__ FwdTilePlace(const FwdArgs& args, int tile) {
     const FwdProblem& p = args.p;
-    const int heads = int(p.heads);
-    const TileCoord c = fwd_tile_coord(tile, args.order);
+    const TileCoord c = kPerHead ? TileCoord{args.num_m_blocks - 1 - tile % args.num_m_blocks, tile / args.num_m_blocks}
+                                 : fwd_tile_coord(tile, args.order);
     const int m_block = c.m_block;
-    h = c.head_seq % heads;
-    b = c.head_seq / heads;
+    const int head_seq = c.head_seq, heads = int(p.heads);
+    h = head_seq % heads;
+    b = head_seq / heads;
     seq = seq_range(p, b);
     m0 = int64_t(m_block) * Main::kBlockM;
     if (m0 >= seq.sq) return;
@@ -143,7 +145,7 @@ template <typename T, int kHeadDim, bool kGeneral, bool kPaired, bool kPersisten
 __global__ void __launch_bounds__(FwdMainloop<T, kHeadDim, kGeneral, kPaired>::kThreads, kPaired ? 2 : 1)
     fwd_kernel(const __grid_constant__ FwdArgs args) {
   using Main = FwdMainloop<T, kHeadDim, kGeneral, kPaired>;
-  using Place = FwdTilePlace<Main>;
+  using Place = FwdTilePlace<Main, kPersistent>;
   static_assert(!kPersistent || fwd_persistent<kHeadDim, kPaired>(), "no persistent instance for this tile");
   constexpr int kBlockN = Main::kBlockN, kMFrags = Main::kMFrags;
   constexpr int kNFrags = Main::kNFrags, kDFrags = Main::kDFrags;
