@@ -36,6 +36,8 @@ struct TileOrder {
   int group = 1;      // heads per group of the heavy part: `extra` groups of group + 1 first, then of group
   int extra = 0;
   int light_m = 0;  // query tiles m < light_m of every head form the tail of the list
+
+  FA_HD bool per_head() const { return group == 1 && extra == 0 && light_m == 0; }
 };
 
 // Tile t of the list (m_blocks * head_seqs tiles, < 2^31).
