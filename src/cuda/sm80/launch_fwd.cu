@@ -32,8 +32,9 @@ void launch_fwd(const FwdProblem& p, bool paired, bool persistent, const FwdDevi
   // the per-head order: their costs vary with the sequences too.
   if (masked && p.cu_seqlens_q == nullptr && device.l2_bytes > 0) {
     args.masked_order.l2_bytes = device.l2_bytes;
-    // Every forward tile on sm_90 runs two CTAs per SM (kernel_traits.h); on sm_80 the larger ones one,
-    // where this counts twice the slots and the light tail is two waves' worth of four.
+    // The feature-free tiles hold two CTAs per SM on sm_90 (264 running on the H200 in the CTA traces);
+    // where a tile holds one (the general instance at D >= 160, sm_80's larger tiles) the light tail is
+    // four waves' worth instead of two.
     args.masked_order.slots = 2 * int64_t(device.sms);
   }
   dtype_switch(p.dtype, [&](auto tag) {
