@@ -40,12 +40,7 @@ struct FwdArgs {
   int num_m_blocks = 0;     // query tiles per (sequence, head), from seqlen_q (max_seqlen_q when varlen)
   int num_tiles = 0;        // num_m_blocks * heads * batch: the work tiles of the grid (fwd_kernel.cuh)
   bool persistent = false;  // every tile costs the same: the grid may be smaller than the tile list
-  TileOrder order;          // the order of the tile list (tile_order.h), set by run_fwd_instance
-  // What a masked call's order is sized by (launch_fwd): the device's L2 and the CTAs it runs at once;
-  // slots = 0: the per-head order (unmasked and varlen calls).
-  struct {
-    int64_t l2_bytes = 0, slots = 0;
-  } masked_order;
+  TileOrder order;          // the order of the tile list (tile_order.h, launch_fwd); default: per head
 #if defined(FLASHATTN_SM80_TRACE)
   FwdCtaTrace* trace = nullptr;  // one per CTA
 #endif

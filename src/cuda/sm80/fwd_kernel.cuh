@@ -373,12 +373,6 @@ void run_fwd_instance(FwdArgs args, cudaStream_t stream) {
   const int64_t tiles = int64_t(args.num_m_blocks) * args.p.heads * args.p.batch;
   if (tiles == 0) return;
   args.num_tiles = int(tiles);  // supports_fwd keeps it within the grid limit, 2^31 - 1
-  args.order.m_blocks = args.num_m_blocks, args.order.head_seqs = int(args.p.batch * args.p.heads);
-  if (args.masked_order.slots > 0) {
-    const int64_t kv_bytes = args.p.seqlen_k * args.p.head_dim * 2 * dtype_size(args.p.dtype);
-    args.order = fwd_masked_tile_order(args.num_m_blocks, args.order.head_seqs, kv_bytes, args.p.group_size(),
-                                       args.masked_order.l2_bytes, args.masked_order.slots);
-  }
   auto kernel = fwd_kernel<T, kHeadDim, kGeneral, kPaired, kPersistent>;
   // (the static shared memory is fwd_kernel's next_loads)
   allow_dynamic_smem(kernel, Main::kSmemBytes, args.p.device.index, "sm80 forward",

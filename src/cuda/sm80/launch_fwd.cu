@@ -3,6 +3,8 @@
 #include <cmath>
 
 #include "common/philox.h"
+#include "cuda/common/launch.h"
+#include "cuda/sm80/kernel_traits.h"
 #include "cuda/sm80/launch.h"
 #include "cuda/sm80/switch.h"
 #include "cuda/sm80/tile_order.h"
@@ -28,14 +30,18 @@ void launch_fwd(const FwdProblem& p, bool paired, bool persistent, const FwdDevi
   // Tiles cost the same when no row is masked and every sequence has the same lengths.
   const bool masked = p.score.window_left >= 0 || p.score.window_right >= 0;
   args.persistent = persistent && p.cu_seqlens_q == nullptr && !masked;
-  // Masked tiles differ in cost: the order of tile_order.h, sized in run_fwd_instance. Varlen lists keep
-  // the per-head order: their costs vary with the sequences too.
-  if (masked && p.cu_seqlens_q == nullptr && device.l2_bytes > 0) {
-    args.masked_order.l2_bytes = device.l2_bytes;
+  // Masked tiles differ in cost: the order of tile_order.h, over the query tiles of the tile the kernel
+  // will run (kernel_traits.h, as FwdMainloop). Varlen lists keep the per-head order: their costs vary
+  // with the sequences too.
+  const int block_m = fwd_tile(head_dim_bucket(p.head_dim), needs_general_fwd(p), paired).block_m;
+  const int64_t m_blocks = ceil_div(p.seqlen_q, block_m), head_seqs = p.batch * p.heads;
+  if (masked && p.cu_seqlens_q == nullptr && device.l2_bytes > 0 && m_blocks > 0 && head_seqs > 0) {
+    const int64_t kv_bytes = p.seqlen_k * p.head_dim * 2 * dtype_size(p.dtype);
     // The feature-free tiles hold two CTAs per SM on sm_90 (264 running on the H200 in the CTA traces);
     // where a tile holds one (the general instance at D >= 160, sm_80's larger tiles) the light tail is
     // four waves' worth instead of two.
-    args.masked_order.slots = 2 * int64_t(device.sms);
+    args.order = fwd_masked_tile_order(int(m_blocks), int(head_seqs), kv_bytes, p.group_size(), device.l2_bytes,
+                                       2 * int64_t(device.sms));
   }
   dtype_switch(p.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;

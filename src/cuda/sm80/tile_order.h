@@ -19,6 +19,7 @@
 // Measured: idle SM time 0.5-2.0%, causal forward 1.004-1.137x the per-head order.
 // Plain C++ with FA_HD functions: tests/cpp/test_cuda_sm80.cpp checks that the order is a permutation.
 
+#include <algorithm>
 #include <cstdint>
 
 #include "common/host_device.h"
@@ -75,8 +76,8 @@ inline TileOrder fwd_masked_tile_order(int m_blocks, int head_seqs, int64_t kv_b
   while (o.light_m < m_blocks - 1 && work + (o.light_m + 1 + kFixed) * head_seqs <= tail_work)
     work += (o.light_m++ + 1 + kFixed) * head_seqs;
   const int64_t kv_heads = kv_bytes_per_head > 0 ? l2_bytes / 2 / kv_bytes_per_head : head_seqs;
-  const int64_t fit = (kv_heads > 1 ? kv_heads : 1) * ratio;
-  const int64_t groups = (head_seqs + (fit < head_seqs ? fit : head_seqs) - 1) / (fit < head_seqs ? fit : head_seqs);
+  const int64_t fit = std::min<int64_t>((kv_heads > 1 ? kv_heads : 1) * ratio, head_seqs);
+  const int64_t groups = (head_seqs + fit - 1) / fit;
   o.group = int(head_seqs / groups), o.extra = int(head_seqs % groups);
   return o;
 }
