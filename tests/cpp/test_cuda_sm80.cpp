@@ -476,7 +476,7 @@ TEST(CudaSm80, RowsFallbackBackwardMatchesReference) {
         const BwdOutputs got =
             run_backward_via(in, fwd, kBackend, Device::cuda(0), deterministic, [](const flashattn::BwdParams& p) {
               const auto problem = flashattn::detail::make_bwd_problem(p);
-              sm80::launch_bwd(problem, sm80::kSm80SmemBytes, nullptr);
+              sm80::launch_bwd(problem, sm80::kSm80SmemBytes, sm80::DeviceFacts{}, nullptr);
               ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
             });
         expect_backward_within_criterion(got, reference_backward(in), naive_lowp(in, true), c.dtype);

@@ -53,6 +53,10 @@ struct BwdArgs {
   float* dq_accum = nullptr;  // fp32 dQ at dq_accum_offset(global row, h, d); nullptr: deterministic
   int num_n_blocks = 0;       // key tiles per (sequence, kv head) of the main kernel
   int num_m_blocks = 0;       // query tiles per (sequence, head) of the deterministic dQ kernel
+  // The tiled kernel's key tiles in the order of tile_order.h, with query tile m standing for key tile
+  // num_n_blocks - 1 - m (under a causal mask the lowest key tiles see the most query rows: the heaviest
+  // first). Set by launch_bwd; default: per (sequence, kv head).
+  TileOrder order;
 };
 
 // Each kernel is compiled twice: a general instance and one without dropout, softcap and ALiBi

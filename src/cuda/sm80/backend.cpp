@@ -134,13 +134,19 @@ bool persistent_fwd_disabled() {
   return off;
 }
 
-// FLASHATTN_SM80_TILE_GROUPS=0 lists a masked forward's tiles per head (tile_order.h), as before version
-// 14 (read once per process): a benchmarking switch, as above.
+// FLASHATTN_SM80_TILE_GROUPS=0 lists a masked call's tiles per head (tile_order.h), as before version 14
+// (forward) and 15 (backward); FLASHATTN_SM80_BWD_TILE_GROUPS=0 only the backward's (each read once per
+// process): benchmarking switches, as above.
+bool env_is_zero(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::string(v) == "0";
+}
 bool tile_groups_disabled() {
-  static const bool off = [] {
-    const char* v = std::getenv("FLASHATTN_SM80_TILE_GROUPS");
-    return v != nullptr && std::string(v) == "0";
-  }();
+  static const bool off = env_is_zero("FLASHATTN_SM80_TILE_GROUPS");
+  return off;
+}
+bool bwd_tile_groups_disabled() {
+  static const bool off = tile_groups_disabled() || env_is_zero("FLASHATTN_SM80_BWD_TILE_GROUPS");
   return off;
 }
 
@@ -179,13 +185,15 @@ std::string supports_bwd(const BwdProblem& p) {
 void run_fwd(const FwdProblem& p, Stream stream) {
   cuda::DeviceGuard guard(p.device);
   const DeviceProps& d = device_props(p.device.index);
-  const cuda::sm80::FwdDevice device{tile_groups_disabled() ? 0 : d.l2_bytes, d.sms};
+  const cuda::sm80::DeviceFacts device{tile_groups_disabled() ? 0 : d.l2_bytes, d.sms};
   cuda::sm80::launch_fwd(p, paired_fwd(p), !persistent_fwd_disabled(), device, static_cast<cudaStream_t>(stream));
 }
 
 void run_bwd(const BwdProblem& p, Stream stream) {
   cuda::DeviceGuard guard(p.device);
-  cuda::sm80::launch_bwd(p, device_props(p.device.index).smem_optin, static_cast<cudaStream_t>(stream));
+  const DeviceProps& d = device_props(p.device.index);
+  const cuda::sm80::DeviceFacts device{bwd_tile_groups_disabled() ? 0 : d.l2_bytes, d.sms};
+  cuda::sm80::launch_bwd(p, d.smem_optin, device, static_cast<cudaStream_t>(stream));
 }
 
 }  // namespace

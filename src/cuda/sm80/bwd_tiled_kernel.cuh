@@ -88,8 +88,15 @@ __global__ void __launch_bounds__(BwdTiled<T, kHeadDim, kGeneral>::kThreads, 1)
   // Sequence positions, heads and batch indices fit an int (supports_bwd bounds the sequence lengths
   // and the grid); int rather than int64_t saves registers the mainloop needs.
   int64_t block = blockIdx.x;
-  const int n_block = int(block % args.num_n_blocks);
-  block /= args.num_n_blocks;
+  int n_block;
+  if (args.order.per_head()) {
+    n_block = int(block % args.num_n_blocks);
+    block /= args.num_n_blocks;
+  } else {  // launch_bwd.cu: heaviest (lowest) key tiles first
+    const TileCoord c = fwd_tile_coord(int(block), args.order);
+    n_block = args.num_n_blocks - 1 - c.m_block;
+    block = c.head_seq;
+  }
   const int hk = int(block % p.heads_k);
   const int b = int(block / p.heads_k);
   const SeqRange seq64 = seq_range(p, b);

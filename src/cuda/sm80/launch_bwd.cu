@@ -9,15 +9,39 @@
 #include "cuda/common/launch.h"
 #include "cuda/common/workspace.h"
 #include "cuda/sm80/bwd_prepost.cuh"
+#include "cuda/sm80/kernel_traits.h"
 #include "cuda/sm80/launch.h"
 #include "cuda/sm80/switch.h"
+#include "cuda/sm80/tile_order.h"
 
 namespace flashattn::detail::cuda::sm80 {
 
-void launch_bwd(const BwdProblem& p, int64_t smem_optin, cudaStream_t stream) {
+namespace {
+
+// The tiled kernel's key-tile order. Masked key tiles differ in cost, so a masked call (not varlen, whose
+// costs vary with the sequences too) may take the forward's order (tile_order.h), sized by what a KV
+// head's CTAs share in L2 (the Q and dO rows of its query heads and their fp32 dQ) and one CTA per SM (the
+// tiles take 114-209 KB of shared memory). Only where a KV head has at most half as many key tiles as the
+// device has SMs: measured on the H200 (bench/NOTES.md, sm80 version 15), causal backward +1-6% with 64 key
+// tiles per head or fewer and 1-3% slower with 128 or more, where the per-head order already runs about
+// one head at a time on the whole device and the groups only add L2 traffic.
+TileOrder bwd_tile_order(const BwdProblem& p, const BwdTile& tile, const DeviceFacts& device) {
+  const bool masked = p.score.window_left >= 0 || p.score.window_right >= 0;
+  const int64_t n_blocks = ceil_div(p.seqlen_k, tile.block_n), head_seqs = p.batch * p.heads_k;
+  if (!tile.tiled || !masked || p.cu_seqlens_q != nullptr || device.l2_bytes <= 0 || n_blocks == 0 || head_seqs == 0 ||
+      2 * n_blocks > device.sms)
+    return TileOrder{int(n_blocks), int(head_seqs)};
+  const int64_t bytes = p.group_size() * p.seqlen_q * p.head_dim * (2 * dtype_size(p.dtype) + 4);
+  return fwd_masked_tile_order(int(n_blocks), int(head_seqs), bytes, 1, device.l2_bytes, device.sms);
+}
+
+}  // namespace
+
+void launch_bwd(const BwdProblem& p, int64_t smem_optin, const DeviceFacts& device, cudaStream_t stream) {
   BwdArgs args;
   args.p = p;
   args.s = make_score_args(p);
+  args.order = bwd_tile_order(p, bwd_tile_for(head_dim_bucket(p.head_dim), smem_optin), device);
   const int64_t rows = p.total_q * p.heads;  // (query row, head) pairs
   Workspace dsum(size_t(rows) * sizeof(float), stream);
   args.dsum = dsum.as<float>();

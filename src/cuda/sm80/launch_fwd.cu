@@ -23,7 +23,7 @@ ScoreArgs make_score_args(const FwdProblem& p) {
   return s;
 }
 
-void launch_fwd(const FwdProblem& p, bool paired, bool persistent, const FwdDevice& device, cudaStream_t stream) {
+void launch_fwd(const FwdProblem& p, bool paired, bool persistent, const DeviceFacts& device, cudaStream_t stream) {
   FwdArgs args;
   args.p = p;
   args.s = make_score_args(p);
