@@ -55,6 +55,12 @@ function(flashattn_add_cuda_sources target)
        ${PROJECT_SOURCE_DIR}/src/cuda/*.cpp)
   target_sources(${target} PRIVATE ${_fa_cuda_sources})
   target_compile_definitions(${target} PUBLIC FLASHATTN_WITH_CUDA=1 PRIVATE ${FLASHATTN_HEAD_DIM_DEFINITIONS})
+  # The build holds sm_90a code (wgmma): the decode backend may pick its warpgroup kernels on sm_90.
+  # Only the file that reads it gets the definition, so changing the arch list rebuilds one file.
+  if("90a" IN_LIST FLASHATTN_CUDA_ARCHS)
+    set_source_files_properties(${PROJECT_SOURCE_DIR}/src/cuda/decode/decode_backend.cpp TARGET_DIRECTORY ${target}
+                                PROPERTIES COMPILE_DEFINITIONS FLASHATTN_SM90A=1)
+  endif()
   target_link_libraries(${target} PUBLIC CUDA::cudart)
   target_compile_options(${target} PRIVATE
     $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -Xcompiler=-Wall>)

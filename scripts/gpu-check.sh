@@ -33,7 +33,8 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 do_build=0
 only="tests compare decode bench sanitizer python dist scale"
-test_filter='*cuda*:*Cuda*:*GpuSmoke*'
+default_test_filter='*cuda*:*Cuda*:*GpuSmoke*'
+test_filter=$default_test_filter
 sanitizer_filter='*GpuSmoke*'
 sanitizer_shards=1
 compare_args='--dtypes bf16 --dims 64,128 --modes fwd,fwdbwd'
@@ -95,6 +96,12 @@ fi
 
 if wants tests; then
   step gpu-tests "${limit[tests]}" "$TESTS" --gtest_filter="$test_filter" --gtest_brief=1
+  # On sm_90 the decode backend runs its multi-row calls on the warpgroup (wgmma) kernels: the same
+  # tests once more on the mma.sync kernels that sm_80 runs.
+  if [[ "$test_filter" == "*" || "$test_filter" == "$default_test_filter" || "$test_filter" == *ecode* ]]; then
+    step gpu-tests-decode-mma "${limit[tests]}" env FLASHATTN_DECODE_WGMMA=0 "$TESTS" \
+      --gtest_filter='CudaDecode*:*cuda_decode*' --gtest_brief=1
+  fi
 fi
 if wants compare && [ -n "$wheel" ]; then
   step compare "${limit[compare]}" python3 bench/compare_torch.py --out "$OUT/compare_torch.json" \

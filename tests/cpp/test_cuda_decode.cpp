@@ -174,6 +174,27 @@ TEST(CudaDecodeHost, WideShapeWhereItFits) {
   EXPECT_GT(D128Wide::kSmemBytes, kA100);
 }
 
+// On an sm_90 device with the library's sm_90a kernels, more than 32 rows at head dims <= 128 take the
+// warpgroup shape (64-row tiles, wgmma); everything else keeps the mma.sync shapes.
+TEST(CudaDecodeHost, WarpgroupShapeAboveThirtyTwoRows) {
+  constexpr size_t kH100 = 232448;
+  using dec::RowShape;
+  for (int64_t rows = 1; rows <= 300; ++rows)
+    for (int bucket : {64, 128, 256})
+      for (bool small_streams : {false, true}) {
+        const RowShape plain = dec::decode_shape(rows, bucket, kH100, small_streams);
+        const RowShape s = dec::decode_shape(rows, bucket, kH100, small_streams, true);
+        EXPECT_EQ(s, rows > 32 && bucket <= 128 ? RowShape::warpgroup : plain) << rows << " " << bucket;
+      }
+  using D128Warpgroup = dec::DecodeTile<128, 4, 1, true>;
+  EXPECT_EQ(D128Warpgroup::kRows, 64);
+  EXPECT_EQ(D128Warpgroup::kBlockN, 64);
+  EXPECT_EQ(D128Warpgroup::kStages, 3);
+  EXPECT_EQ(D128Warpgroup::kSmemBytes, size_t(16384 + 3 * 32768));
+  EXPECT_EQ(dec::decode_smem_bytes(128, RowShape::warpgroup), D128Warpgroup::kSmemBytes);
+  EXPECT_EQ(dec::decode_smem_bytes(256, RowShape::warpgroup), size_t(0));  // no such kernel
+}
+
 // Every instantiation must fit an sm_80 block's opt-in shared memory (the backend runs from sm_80 on),
 // with about 96 KB of K/V in its pipeline and at least two stages.
 TEST(CudaDecodeHost, SharedMemoryFitsSm80) {
@@ -398,11 +419,14 @@ TEST(CudaDecode, LongSplitsWrapThePipeline) {
 }
 
 // Every (head-dim bucket, row shape) instantiation: rows = seqlen_q * group = 4 (small), 20 and 32
-// (narrow), 64 (medium), 128 (large) and 256 (two large row tiles); odd head dims inside each bucket.
+// (narrow), 40 and 64 (medium), 128 (large) and 256 (two large row tiles); on an sm_90 device 40-256 rows
+// at head dims <= 128 run the warpgroup shape (one to four 64-row tiles, padding rows at 40). Odd head dims
+// inside each bucket. scripts/gpu-check.sh also runs the decode tests with FLASHATTN_DECODE_WGMMA=0.
 TEST(CudaDecode, EveryKernelShape) {
   FA_SKIP_WITHOUT_GPU("cuda_decode");
   for (int64_t head_dim : {40, 64, 96, 128, 200, 256})
-    for (auto [sq, heads] : {std::pair<int64_t, int64_t>{1, 32}, {5, 32}, {8, 32}, {16, 32}, {16, 64}, {32, 64}}) {
+    for (auto [sq, heads] :
+         {std::pair<int64_t, int64_t>{1, 32}, {5, 32}, {8, 32}, {10, 32}, {16, 32}, {16, 64}, {32, 64}}) {
       if (sq == 32 && head_dim != 128 && head_dim != 256) continue;
       KVConfig cfg = decode_config(heads, 8, head_dim, sq, 512, {300, 77});
       cfg.dtype = head_dim == 128 ? DType::f16 : DType::bf16;

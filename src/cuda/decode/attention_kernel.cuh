@@ -28,6 +28,7 @@
 #include "cuda/decode/decode_tile.h"
 #include "cuda/decode/tile_loader.cuh"
 #include "cuda/decode/warp_attention.cuh"
+#include "cuda/decode/warpgroup_attention.cuh"
 
 namespace flashattn::detail::cuda::decode {
 
@@ -195,6 +196,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
   int read_buf = 0, fill_buf = stages - 1;
   for (int tile = tile_lo; tile < tile_hi; ++tile) {
     ptx::cp_async_wait<stages - 2>();
+    if constexpr (Tile::kWgmma) wgmma::fence_proxy_async();  // the copies are read by wgmma (async proxy)
     __syncthreads();
     const int ahead = tile + stages - 1;
     if (ahead < tile_hi)
@@ -206,8 +208,12 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
       fetch_page_entries<Tile>(cache_rows, leftpad, ahead + 1, kv_begin, kv_end, entries);
     const int n0 = tile * Tile::kBlockN;
     const bool full = n0 >= all_begin && n0 + Tile::kBlockN <= all_end;
-    attend_tile<Tile, T>(q_smem, k_smem + read_buf * Tile::kTileElems, v_smem + read_buf * Tile::kTileElems, n0, full,
-                         rs, a, rw, kw, lane, st);
+    if constexpr (Tile::kWgmma)
+      attend_tile_wgmma<Tile, T>(q_smem, k_smem + read_buf * Tile::kTileElems, v_smem + read_buf * Tile::kTileElems, n0,
+                                 full, rs, a, lane, st);
+    else
+      attend_tile<Tile, T>(q_smem, k_smem + read_buf * Tile::kTileElems, v_smem + read_buf * Tile::kTileElems, n0, full,
+                           rs, a, rw, kw, lane, st);
     fill_buf = read_buf;  // (it + S) % S: the buffer just read is the next one refilled
     read_buf = read_buf + 1 == stages ? 0 : read_buf + 1;
   }

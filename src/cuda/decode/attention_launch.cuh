@@ -2,8 +2,8 @@
 
 // Host launch code of the attention kernel for one head-dim bucket, included by attention_d64.cu,
 // attention_d128.cu and attention_d256.cu (one bucket each, so the instantiations of a bucket compile
-// in their own translation unit). Instantiations: (3 buckets x 4 row shapes + 2 buckets x the wide
-// shape) x 2 dtypes x contiguous or paged = 56 kernels.
+// in their own translation unit). Instantiations: (3 buckets x 4 row shapes + 2 buckets x the wide and
+// warpgroup shapes) x 2 dtypes x contiguous or paged = 64 kernels (the warpgroup ones hold sm_90a code only).
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -45,8 +45,15 @@ void with_tile(DType dtype, RowShape shape, F&& f) {
           return;
         }
         break;
+      case RowShape::warpgroup:
+        if constexpr (kHeadDim <= 128) {
+          f(type, TypeTag<DecodeTile<kHeadDim, 4, 1, true>>{});
+          return;
+        }
+        break;
     }
-    throw Error(Status::internal, "flashattn: cuda_decode: no wide kernel at head dim " + std::to_string(kHeadDim));
+    throw Error(Status::internal, "flashattn: cuda_decode: no kernel of row shape " + std::to_string(int(shape)) +
+                                      " at head dim " + std::to_string(kHeadDim));
   };
   if (dtype == DType::f16)
     for_type(TypeTag<__half>{});

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <numbers>
@@ -70,7 +71,18 @@ struct DeviceFacts {
   int sm_count = 0;
   size_t smem_per_block_optin = 0;
   size_t smem_per_sm = 0;
+  bool wgmma = false;  // the warpgroup shape runs here (decode_tile.h)
 };
+
+// FLASHATTN_DECODE_WGMMA=0 keeps every call on the mma.sync shapes (read once per process): a
+// benchmarking switch for interleaved A/Bs.
+bool wgmma_disabled() {
+  static const bool off = [] {
+    const char* v = std::getenv("FLASHATTN_DECODE_WGMMA");
+    return v != nullptr && std::string(v) == "0";
+  }();
+  return off;
+}
 
 const DeviceFacts& device_facts(int device) {
   static std::mutex mutex;
@@ -84,6 +96,14 @@ const DeviceFacts& device_facts(int device) {
     int per_sm = 0;
     FA_CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
     f.smem_per_sm = size_t(per_sm);
+    // The warpgroup kernels hold wgmma code only in the sm_90a image, which runs on compute capability
+    // 9.0 exactly; FLASHATTN_SM90A says the build has that image (cmake/FlashattnCuda.cmake).
+#if defined(FLASHATTN_SM90A)
+    int major = 0, minor = 0;
+    FA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    FA_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    f.wgmma = major == 9 && minor == 0 && !wgmma_disabled();
+#endif
     it = facts.emplace(device, f).first;  // std::map: the reference stays valid
   }
   return it->second;
@@ -113,10 +133,10 @@ bool streaming_cache(const CacheView& c) {
 
 // The row shape of the call's kernel (decode_tile.h, decode_shape): the small shape streams with at most
 // one row for each of its 4 warps.
-RowShape call_shape(const KVCacheProblem& p, size_t smem_limit) {
+RowShape call_shape(const KVCacheProblem& p, const DeviceFacts& facts) {
   const int64_t rows = packed_rows(p);
   const bool small_streams = rows <= key_warps(RowShape::small) && streaming_cache(p.cache);
-  return decode_shape(rows, head_dim_bucket(p.head_dim), smem_limit, small_streams);
+  return decode_shape(rows, head_dim_bucket(p.head_dim), facts.smem_per_block_optin, small_streams, facts.wgmma);
 }
 
 std::string supports(const KVCacheProblem& p) {
@@ -148,8 +168,9 @@ std::string supports(const KVCacheProblem& p) {
   if (append_rows > kMaxPositions)
     return "batch * (seqlen_new * heads_k + seqlen_q * heads) = " + std::to_string(append_rows) +
            " rows to append or rotate (at most " + std::to_string(kMaxPositions) + ")";
-  const size_t limit = device_facts(int(p.device.index)).smem_per_block_optin;
-  const RowShape shape = call_shape(p, limit);
+  const DeviceFacts& facts = device_facts(int(p.device.index));
+  const size_t limit = facts.smem_per_block_optin;
+  const RowShape shape = call_shape(p, facts);
   const size_t smem = decode_smem_bytes(head_dim_bucket(p.head_dim), shape);
   if (smem > limit)
     return "needs " + std::to_string(smem) + " bytes of shared memory per block, the device allows " +
@@ -180,7 +201,7 @@ void run(const KVCacheProblem& p, Stream stream) {
   const int64_t rows = packed_rows(p);
   const int bucket = head_dim_bucket(p.head_dim);
   const DeviceFacts& facts = device_facts(device);
-  const RowShape shape = call_shape(p, facts.smem_per_block_optin);
+  const RowShape shape = call_shape(p, facts);
   const KernelShape ks = prepare_attention(p.dtype, bucket, shape, p.cache.paged(), device);
 
   DecodeArgs a;

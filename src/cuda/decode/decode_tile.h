@@ -15,11 +15,19 @@
 //                   padding rows;
 //   medium (4 x 1): rows <= 64;
 //   large  (8 x 1): rows <= 128 (e.g. 16 query tokens x group 8); more rows take several row tiles.
-// and one shape that the row count alone does not pick (decode_shape):
+// and two shapes that the row count alone does not pick (decode_shape):
 //   wide   (1 x 8): rows <= 16 at head dims <= 128, 128-key tiles, one block per SM with the warps of
 //                   two small blocks: for the calls that the small shape does not stream at one block
 //                   per SM (paged caches with small pages, 5-16 rows), which then get two blocks' loads
 //                   and issue slots per SM without splitting their keys.
+//   warpgroup (4 x 1, sm_90a): 33 or more rows at head dims <= 128 on an sm_90 device: one warpgroup of
+//                   64 rows whose S = Q K^T and O += P V are wgmma instructions (cuda/common/wgmma.cuh),
+//                   more rows taking several row tiles. With mma.sync, calls of 64 and 128 rows take time
+//                   in proportion to their MMAs, not their bytes (bench/NOTES.md, decode v10); wgmma
+//                   issues the same products at a higher rate and reads K and V from shared memory once
+//                   per warpgroup instead of once per warp (1.04-1.40x faster calls on the H200, decode
+//                   v11). Its tiles are stored in 64-element panels (tile_offset, tile_loader.cuh), the
+//                   layout wgmma's 128-byte swizzle reads.
 // This header is plain C++: the host reads the same constants to size shared memory and workspaces.
 
 #include <cstddef>
@@ -29,7 +37,7 @@
 
 namespace flashattn::detail::cuda::decode {
 
-enum class RowShape { small, narrow, medium, large, wide };
+enum class RowShape { small, narrow, medium, large, wide, warpgroup };
 
 // The shape for `rows` packed query rows.
 constexpr RowShape row_shape(int64_t rows) {
@@ -37,7 +45,10 @@ constexpr RowShape row_shape(int64_t rows) {
 }
 
 constexpr int row_warps(RowShape s) {
-  return s == RowShape::small || s == RowShape::wide ? 1 : s == RowShape::narrow ? 2 : s == RowShape::medium ? 4 : 8;
+  return s == RowShape::small || s == RowShape::wide         ? 1
+         : s == RowShape::narrow                             ? 2
+         : s == RowShape::medium || s == RowShape::warpgroup ? 4
+                                                             : 8;
 }
 constexpr int key_warps(RowShape s) {
   return s == RowShape::small ? 4 : s == RowShape::wide ? 8 : s == RowShape::narrow ? 2 : 1;
@@ -46,11 +57,13 @@ constexpr int key_warps(RowShape s) {
 // Head dims are padded to one of three buckets (the padding is zero-filled and never stored).
 constexpr int head_dim_bucket(int64_t head_dim) { return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256; }
 
-template <int kHeadDim_, int kRowWarps_, int kKeyWarps_>
+template <int kHeadDim_, int kRowWarps_, int kKeyWarps_, bool kWgmma_ = false>
 struct DecodeTile {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kRowWarps = kRowWarps_;
   static constexpr int kKeyWarps = kKeyWarps_;
+  // The warpgroup shape: wgmma products, tiles in 64-element panels (tile_loader.cuh, tile_offset).
+  static constexpr bool kWgmma = kWgmma_;
   static constexpr int kWarps = kRowWarps * kKeyWarps;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kRows = 16 * kRowWarps;
@@ -98,7 +111,19 @@ struct DecodeTile {
   static_assert(kThreads % kChunks == 0 && kBlockN % (kThreads / kChunks) == 0,
                 "the tile loader covers whole rows and the tile in whole passes");
   static_assert(kHeadDim % 16 == 0, "k-steps of 16 dims");
+  static_assert(!kWgmma || (kRowWarps == 4 && kKeyWarps == 1 && kBlockN == 64 && kHeadDim <= 128),
+                "one warpgroup of 64 rows, m64n64 for S and m64n(head dim) for O");
 };
+
+// The warpgroup shape exists at head dims <= 128 only.
+template <int kHeadDim>
+constexpr size_t warpgroup_smem_bytes() {
+  if constexpr (kHeadDim <= 128) {
+    return DecodeTile<kHeadDim, 4, 1, true>::kSmemBytes;
+  } else {
+    return 0;
+  }
+}
 
 // Shared memory of the kernel for a head-dim bucket and row shape (host side: supports and launch).
 template <int kHeadDim>
@@ -107,7 +132,8 @@ constexpr size_t decode_smem_bytes(RowShape s) {
          : s == RowShape::narrow ? DecodeTile<kHeadDim, 2, 2>::kSmemBytes
          : s == RowShape::medium ? DecodeTile<kHeadDim, 4, 1>::kSmemBytes
          : s == RowShape::large  ? DecodeTile<kHeadDim, 8, 1>::kSmemBytes
-                                 : DecodeTile<kHeadDim, 1, 8>::kSmemBytes;
+         : s == RowShape::wide   ? DecodeTile<kHeadDim, 1, 8>::kSmemBytes
+                                 : warpgroup_smem_bytes<kHeadDim>();
 }
 
 constexpr size_t decode_smem_bytes(int bucket, RowShape s) {
@@ -123,8 +149,12 @@ constexpr size_t decode_smem_bytes(int bucket, RowShape s) {
 // at head dim 256 would need 3 x 128 KB tiles. Measured on the H200 against the small shape
 // (bench/NOTES.md, decode v9): page 16 1.02-1.06x except batch 64 x 4k (0.98x), group 8 1.03-1.22x,
 // but contiguous group-4 calls 0.985-0.999x, which keep the small shape.
-constexpr RowShape decode_shape(int64_t rows, int bucket, size_t smem_limit, bool small_streams) {
+//
+// `wgmma`: the device runs the library's sm_90a kernels; then more than 32 rows at head dims <= 128 take
+// the warpgroup shape.
+constexpr RowShape decode_shape(int64_t rows, int bucket, size_t smem_limit, bool small_streams, bool wgmma = false) {
   const RowShape s = row_shape(rows);
+  if (wgmma && rows > 32 && bucket <= 128) return RowShape::warpgroup;
   if (s == RowShape::small && !small_streams && bucket <= 128 &&
       decode_smem_bytes(bucket, RowShape::wide) <= smem_limit)
     return RowShape::wide;

@@ -26,6 +26,19 @@ __device__ __forceinline__ int swizzled(int row, int chunk) {
   return row * kHeadDim + ((chunk ^ (row & 7)) << 3);
 }
 
+// Element offset of (row, first element of chunk) in a tile of kTileRows rows of the kernel's Tile: the
+// layout above, or for the warpgroup shape (Tile::kWgmma) 64-element panels, panel p holding chunks
+// 8p..8p+7 of every row, 128 bytes a row, with the same XOR inside the panel: the 128-byte swizzled
+// layout that wgmma reads (cuda/common/wgmma.cuh). At head dim 64 both are the same.
+template <typename Tile, int kTileRows>
+__device__ __forceinline__ int tile_offset(int row, int chunk) {
+  if constexpr (Tile::kWgmma) {
+    return (chunk >> 3) * (kTileRows * 64) + row * 64 + (((chunk & 7) ^ (row & 7)) << 3);
+  } else {
+    return swizzled<Tile::kHeadDim>(row, chunk);
+  }
+}
+
 // Issues the copies of the block's packed query rows [m0, m0 + kRows) into q_smem (no commit).
 // Row r of the tile is query token i = (m0 + r) / group of head hk * group + (m0 + r) % group.
 template <typename Tile, typename T>
@@ -39,7 +52,7 @@ __device__ __forceinline__ void load_q_tile(const KVCacheProblem& p, const Decod
     const bool valid = mr < a.rows && c < chunks;
     const T* src = q;
     if (valid) src = q + p.q.offset(b, mr / a.group, hk * a.group + mr % a.group) + 8 * c;
-    ptx::cp_async_16(ptx::smem_addr(q_smem + swizzled<Tile::kHeadDim>(r, c)), src, valid);
+    ptx::cp_async_16(ptx::smem_addr(q_smem + tile_offset<Tile, Tile::kRows>(r, c)), src, valid);
   }
 }
 
@@ -152,7 +165,7 @@ __device__ __forceinline__ void load_kv_tile(const KVCacheProblem& p, const Cach
   // Byte offset of this thread's chunk in pass `pass`'s row (a constant step where kRowsPerPass is a
   // multiple of the swizzle period, 8).
   auto dst = [&](int pass) {
-    return uint32_t(swizzled<Tile::kHeadDim>(row0 + pass * R::kRowsPerPass, c) * int(sizeof(T)));
+    return uint32_t(tile_offset<Tile, Tile::kBlockN>(row0 + pass * R::kRowsPerPass, c) * int(sizeof(T)));
   };
   // Every key of the tile visible: no per-row test (all tiles but the first and last of a range).
   const bool interior = tile * Tile::kBlockN >= kv_begin && (tile + 1) * Tile::kBlockN <= kv_end;

@@ -49,46 +49,14 @@ struct WarpState {
   }
 };
 
-// Attends the warp's rows (row warp rw) to its keys (key warp kw) of the tile whose first key is n0.
-// `full`: every row of the block sees every key of the tile, so the mask test is skipped.
-template <typename Tile, typename T>
-__device__ __forceinline__ void attend_tile(const T* q_smem, const T* k_tile, const T* v_tile, int n0, bool full,
-                                            const RowSlots& rs, const DecodeArgs& a, int rw, int kw, int lane,
-                                            WarpState<Tile>& st) {
-  constexpr int kD = Tile::kHeadDim;
-  constexpr int kNTiles = Tile::kWarpKeys / 8;  // n-tiles of S (8 keys each)
-  constexpr int kKSteps = kD / 16;              // k-steps of Q K^T (16 dims each)
-  constexpr int kDTiles = kD / 8;               // n-tiles of O (8 dims each)
-  const int key0 = kw * Tile::kWarpKeys;        // the warp's first key within the tile
-
-  float s[kNTiles][4];
-#pragma unroll
-  for (int j = 0; j < kNTiles; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) s[j][e] = 0.0f;
-
-  // S = Q K^T. A (Q, 16 x 16 per k-step) by ldmatrix.x4: matrices (rows 0-7 | 8-15) x (dims 0-7 | 8-15)
-  // in the order a0..a3, so lane l addresses row (l % 8) + 8 ((l / 8) % 2), chunk 2 kk + l / 16.
-  // B (K^T, 16 dims x 8 keys) is K row-major = B "col" layout: one x4 gives b0, b1 of n-tiles 2jp and
-  // 2jp + 1, matrices (keys 0-7, dims 0-7), (keys 0-7, dims 8-15), (keys 8-15, dims 0-7),
-  // (keys 8-15, dims 8-15): lane l addresses key (l % 8) + 8 (l / 16), chunk 2 kk + (l / 8) % 2.
-  const int q_row = rw * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-  const int k_row = key0 + (lane & 7) + (lane >> 4) * 8;
-#pragma unroll
-  for (int kk = 0; kk < kKSteps; ++kk) {
-    uint32_t qa[4];
-    ptx::ldmatrix_x4(qa, ptx::smem_addr(q_smem + swizzled<kD>(q_row, 2 * kk + (lane >> 4))));
-#pragma unroll
-    for (int jp = 0; jp < kNTiles / 2; ++jp) {
-      uint32_t kb[4];
-      ptx::ldmatrix_x4(kb, ptx::smem_addr(k_tile + swizzled<kD>(k_row + 16 * jp, 2 * kk + ((lane >> 3) & 1))));
-      const uint32_t b0[2] = {kb[0], kb[1]};
-      const uint32_t b1[2] = {kb[2], kb[3]};
-      ptx::mma_16816<T>(s[2 * jp], qa, b0);
-      ptx::mma_16816<T>(s[2 * jp + 1], qa, b1);
-    }
-  }
-
+// The masked base-2 logits of s (a warp's 16 rows x kWarpKeys keys from first_key on, in the layout of
+// mma.m16n8 C fragments), the online-softmax update of the warp's rows, and s turned into the
+// unnormalised probabilities 2^(logit - m) that O += P V takes. `full`: every key is visible to every row.
+template <typename Tile>
+__device__ __forceinline__ void softmax_tile(float (&s)[Tile::kWarpKeys / 8][4], int first_key, bool full,
+                                             const RowSlots& rs, const DecodeArgs& a, int lane, WarpState<Tile>& st) {
+  constexpr int kNTiles = Tile::kWarpKeys / 8;
+  constexpr int kDTiles = Tile::kHeadDim / 8;
   // Base-2 logits; hidden keys (window, causal, past the sequence, zero-filled rows) become -inf.
   const int t = lane & 3;
 #pragma unroll
@@ -96,7 +64,7 @@ __device__ __forceinline__ void attend_tile(const T* q_smem, const T* k_tile, co
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int slot = e >> 1;
-      const int key = n0 + key0 + 8 * j + 2 * t + (e & 1);
+      const int key = first_key + 8 * j + 2 * t + (e & 1);
       float x = s[j][e];
       x = a.score_mod ? rs.mod[slot](x, rs.diagonal[slot] - key) * kLog2e : x * a.scale_log2;
       if (!full && (key < rs.key_begin[slot] || key >= rs.key_end[slot])) x = -INFINITY;
@@ -142,6 +110,49 @@ __device__ __forceinline__ void attend_tile(const T* q_smem, const T* k_tile, co
       st.o[j][3] *= corr[1];
     }
   }
+}
+
+// Attends the warp's rows (row warp rw) to its keys (key warp kw) of the tile whose first key is n0.
+// `full`: every row of the block sees every key of the tile, so the mask test is skipped.
+template <typename Tile, typename T>
+__device__ __forceinline__ void attend_tile(const T* q_smem, const T* k_tile, const T* v_tile, int n0, bool full,
+                                            const RowSlots& rs, const DecodeArgs& a, int rw, int kw, int lane,
+                                            WarpState<Tile>& st) {
+  constexpr int kD = Tile::kHeadDim;
+  constexpr int kNTiles = Tile::kWarpKeys / 8;  // n-tiles of S (8 keys each)
+  constexpr int kKSteps = kD / 16;              // k-steps of Q K^T (16 dims each)
+  constexpr int kDTiles = kD / 8;               // n-tiles of O (8 dims each)
+  const int key0 = kw * Tile::kWarpKeys;        // the warp's first key within the tile
+
+  float s[kNTiles][4];
+#pragma unroll
+  for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[j][e] = 0.0f;
+
+  // S = Q K^T. A (Q, 16 x 16 per k-step) by ldmatrix.x4: matrices (rows 0-7 | 8-15) x (dims 0-7 | 8-15)
+  // in the order a0..a3, so lane l addresses row (l % 8) + 8 ((l / 8) % 2), chunk 2 kk + l / 16.
+  // B (K^T, 16 dims x 8 keys) is K row-major = B "col" layout: one x4 gives b0, b1 of n-tiles 2jp and
+  // 2jp + 1, matrices (keys 0-7, dims 0-7), (keys 0-7, dims 8-15), (keys 8-15, dims 0-7),
+  // (keys 8-15, dims 8-15): lane l addresses key (l % 8) + 8 (l / 16), chunk 2 kk + (l / 8) % 2.
+  const int q_row = rw * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+  const int k_row = key0 + (lane & 7) + (lane >> 4) * 8;
+#pragma unroll
+  for (int kk = 0; kk < kKSteps; ++kk) {
+    uint32_t qa[4];
+    ptx::ldmatrix_x4(qa, ptx::smem_addr(q_smem + swizzled<kD>(q_row, 2 * kk + (lane >> 4))));
+#pragma unroll
+    for (int jp = 0; jp < kNTiles / 2; ++jp) {
+      uint32_t kb[4];
+      ptx::ldmatrix_x4(kb, ptx::smem_addr(k_tile + swizzled<kD>(k_row + 16 * jp, 2 * kk + ((lane >> 3) & 1))));
+      const uint32_t b0[2] = {kb[0], kb[1]};
+      const uint32_t b1[2] = {kb[2], kb[3]};
+      ptx::mma_16816<T>(s[2 * jp], qa, b0);
+      ptx::mma_16816<T>(s[2 * jp + 1], qa, b1);
+    }
+  }
+
+  softmax_tile<Tile>(s, n0 + key0, full, rs, a, lane, st);
 
   // O += P V. The S accumulator of n-tiles 2kk, 2kk + 1 is exactly the A fragment of keys
   // [16 kk, 16 kk + 16): a0 = s[2kk][0..1], a1 = s[2kk][2..3], a2 = s[2kk+1][0..1], a3 = s[2kk+1][2..3].
