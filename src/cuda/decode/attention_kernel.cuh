@@ -123,7 +123,10 @@ template <typename T, typename Tile, bool kPaged>
 __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
     decode_attention_kernel(const KVCacheProblem p, const DecodeArgs a) {
   static_assert(sizeof(T) == 2, "tensor-core path: 16-bit storage types only");
-  extern __shared__ __align__(128) unsigned char smem[];
+  // 1024-byte aligned: the warpgroup shape's Q, K and V tiles (multiples of 1 KB, decode_tile.h) then
+  // start on the 128-byte swizzle's 8-row atoms, which wgmma locates from the address bits
+  // (cuda/common/wgmma.cuh).
+  extern __shared__ __align__(1024) unsigned char smem[];
   constexpr int stages = Tile::kStages;
   T* q_smem = reinterpret_cast<T*>(smem);
   T* k_smem = q_smem + Tile::kQElems;

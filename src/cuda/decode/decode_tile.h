@@ -113,6 +113,8 @@ struct DecodeTile {
   static_assert(kHeadDim % 16 == 0, "k-steps of 16 dims");
   static_assert(!kWgmma || (kRowWarps == 4 && kKeyWarps == 1 && kBlockN == 64 && kHeadDim <= 128),
                 "one warpgroup of 64 rows, m64n64 for S and m64n(head dim) for O");
+  static_assert(!kWgmma || (kQBytes % 1024 == 0 && kTileElems * 2 % 1024 == 0),
+                "wgmma's swizzle atoms: every tile starts 1024-byte aligned in the kernel's shared memory");
 };
 
 // The warpgroup shape exists at head dims <= 128 only.
