@@ -186,7 +186,7 @@ TEST(CudaDecodeHost, WarpgroupShapeAboveThirtyTwoRows) {
         const RowShape s = dec::decode_shape(rows, bucket, kH100, small_streams, true);
         EXPECT_EQ(s, rows > 32 && bucket <= 128 ? RowShape::warpgroup : plain) << rows << " " << bucket;
       }
-  using D128Warpgroup = dec::DecodeTile<128, 4, 1, true>;
+  using D128Warpgroup = dec::WarpgroupTile<128>;
   EXPECT_EQ(D128Warpgroup::kRows, 64);
   EXPECT_EQ(D128Warpgroup::kBlockN, 64);
   EXPECT_EQ(D128Warpgroup::kStages, 3);

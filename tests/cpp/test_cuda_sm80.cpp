@@ -282,7 +282,7 @@ TEST(CudaSm80TileOrder, MaskedOrderIsAPermutationWithGroupsThenALightTail) {
     std::set<std::pair<int, int>> seen;
     int prev_m = o.m_blocks;
     for (int t = 0; t < o.m_blocks * o.head_seqs; ++t) {
-      const sm80::TileCoord c = sm80::fwd_tile_coord(t, o);
+      const sm80::TileCoord c = sm80::tile_coord(t, o);
       ASSERT_GE(c.m_block, 0);
       ASSERT_LT(c.m_block, o.m_blocks);
       ASSERT_GE(c.head_seq, 0);
@@ -301,23 +301,23 @@ TEST(CudaSm80TileOrder, MaskedOrderIsAPermutationWithGroupsThenALightTail) {
       per_head.m_blocks = m_blocks, per_head.head_seqs = head_seqs;
       check(per_head);
       for (int t = 0; t < m_blocks * head_seqs; ++t) {
-        const sm80::TileCoord c = sm80::fwd_tile_coord(t, per_head);
+        const sm80::TileCoord c = sm80::tile_coord(t, per_head);
         EXPECT_EQ(c.head_seq, t / m_blocks);
         EXPECT_EQ(c.m_block, m_blocks - 1 - t % m_blocks);
       }
       for (int64_t kv_bytes : {int64_t(1) << 18, int64_t(1) << 22, int64_t(1) << 26})
         for (int64_t slots : {8, 264})
-          check(sm80::fwd_masked_tile_order(m_blocks, head_seqs, kv_bytes, 1, 50 << 20, slots));
+          check(sm80::masked_tile_order(m_blocks, head_seqs, kv_bytes, 1, 50 << 20, slots));
     }
   }
   // Groups hold as many heads as keep their K and V within half the L2, in groups of equal size; the tail
   // is about two waves of the lightest tiles, and at least one query tile stays in the heavy part.
-  const sm80::TileOrder o = sm80::fwd_masked_tile_order(128, 16, int64_t(8) << 20, 1, 60 << 20, 264);
+  const sm80::TileOrder o = sm80::masked_tile_order(128, 16, int64_t(8) << 20, 1, 60 << 20, 264);
   EXPECT_EQ(o.group, 2);  // 3 heads fit in 30 MB: 16 heads in 6 groups, 4 of 3 and 2 of 2
   EXPECT_EQ(o.extra, 4);
   EXPECT_GT(o.light_m, 0);
   EXPECT_LT(o.light_m, 128);
-  EXPECT_EQ(sm80::fwd_masked_tile_order(4, 2, 1 << 20, 1, 60 << 20, 264).light_m, 3);
+  EXPECT_EQ(sm80::masked_tile_order(4, 2, 1 << 20, 1, 60 << 20, 264).light_m, 3);
 }
 
 TEST(CudaSm80Dropout, LaneExchangeReproducesThePhiloxKeepMask) {

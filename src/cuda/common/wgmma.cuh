@@ -95,10 +95,10 @@ __device__ __forceinline__ void fence_proxy_async() {
 #define FA_WGMMA_D32                                                                                               \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
   "%24, %25, %26, %27, %28, %29, %30, %31"
-#define FA_WGMMA_D64                                                                                                \
-  FA_WGMMA_D32                                                                                                      \
-      ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, " \
-      "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define FA_WGMMA_D64                                                                                            \
+  FA_WGMMA_D32                                                                                                  \
+  ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, " \
+  "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
 // scale-d is a predicate operand: set from the register operand `n`, which holds 1 (accumulate).
 #define FA_WGMMA_PRED(n) "{\n.reg .pred p;\nsetp.ne.b32 p, %" #n ", 0;\n"
 
@@ -120,7 +120,7 @@ __device__ __forceinline__ void mma_ss_m64n64k16(float (&acc)[8][4], uint64_t de
 #endif
 }
 
-// acc += A B, m64n64k16 / m64n128k16, A (this warp's 16 x 16 of P) from registers, B (16 rows of K x N,
+// acc += A B, m64nNk16 (N = 64, 128), A (this warp's 16 x 16 of P) from registers, B (16 rows of K x N,
 // N-major: transposed) from shared memory.
 #define FA_WGMMA_RS_M64N64(TYPE)                                                                               \
   asm volatile(FA_WGMMA_PRED(37) "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " {" FA_WGMMA_D32 \
@@ -132,21 +132,17 @@ __device__ __forceinline__ void mma_ss_m64n64k16(float (&acc)[8][4], uint64_t de
                                  "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"                               \
                : FA_WGMMA_ACC64(acc)                                                                            \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1))
-template <typename T>
-__device__ __forceinline__ void mma_rs_m64n64k16_tn(float (&acc)[8][4], const uint32_t (&a)[4], uint64_t desc_b) {
+// N = 8 kN: 64 or 128.
+template <typename T, int kN>
+__device__ __forceinline__ void mma_rs_m64k16_tn(float (&acc)[kN][4], const uint32_t (&a)[4], uint64_t desc_b) {
+  static_assert(kN == 8 || kN == 16, "m64n64k16 or m64n128k16");
 #if FLASHATTN_WGMMA_ENABLED
-  if constexpr (std::is_same_v<T, __half>)
+  constexpr bool kHalf = std::is_same_v<T, __half>;
+  if constexpr (kN == 8 && kHalf)
     FA_WGMMA_RS_M64N64("f16");
-  else
+  else if constexpr (kN == 8)
     FA_WGMMA_RS_M64N64("bf16");
-#else
-  __trap();
-#endif
-}
-template <typename T>
-__device__ __forceinline__ void mma_rs_m64n128k16_tn(float (&acc)[16][4], const uint32_t (&a)[4], uint64_t desc_b) {
-#if FLASHATTN_WGMMA_ENABLED
-  if constexpr (std::is_same_v<T, __half>)
+  else if constexpr (kHalf)
     FA_WGMMA_RS_M64N128("f16");
   else
     FA_WGMMA_RS_M64N128("bf16");

@@ -47,7 +47,7 @@ void with_tile(DType dtype, RowShape shape, F&& f) {
         break;
       case RowShape::warpgroup:
         if constexpr (kHeadDim <= 128) {
-          f(type, TypeTag<DecodeTile<kHeadDim, 4, 1, true>>{});
+          f(type, TypeTag<WarpgroupTile<kHeadDim>>{});
           return;
         }
         break;

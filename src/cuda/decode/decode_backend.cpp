@@ -15,7 +15,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <numbers>
@@ -23,6 +22,7 @@
 #include <utility>
 
 #include "api/backends.h"
+#include "common/env_switch.h"
 #include "cuda/common/check.h"
 #include "cuda/common/device_guard.h"
 #include "cuda/common/launch.h"
@@ -77,10 +77,7 @@ struct DeviceFacts {
 // FLASHATTN_DECODE_WGMMA=0 keeps every call on the mma.sync shapes (read once per process): a
 // benchmarking switch for interleaved A/Bs.
 bool wgmma_disabled() {
-  static const bool off = [] {
-    const char* v = std::getenv("FLASHATTN_DECODE_WGMMA");
-    return v != nullptr && std::string(v) == "0";
-  }();
+  static const bool off = env_switch_off("FLASHATTN_DECODE_WGMMA");
   return off;
 }
 

@@ -117,11 +117,13 @@ struct DecodeTile {
                 "wgmma's swizzle atoms: every tile starts 1024-byte aligned in the kernel's shared memory");
 };
 
-// The warpgroup shape exists at head dims <= 128 only.
+// The warpgroup shape's tile; it exists at head dims <= 128 only.
+template <int kHeadDim>
+using WarpgroupTile = DecodeTile<kHeadDim, 4, 1, true>;
 template <int kHeadDim>
 constexpr size_t warpgroup_smem_bytes() {
   if constexpr (kHeadDim <= 128) {
-    return DecodeTile<kHeadDim, 4, 1, true>::kSmemBytes;
+    return WarpgroupTile<kHeadDim>::kSmemBytes;
   } else {
     return 0;
   }

@@ -16,17 +16,6 @@
 
 namespace flashattn::detail::cuda::decode {
 
-// O += P V for one k-step of 16 keys at head dim kD (m64n64, m64n128).
-template <typename T, int kD>
-__device__ __forceinline__ void pv_step(float (&o)[kD / 8][4], const uint32_t (&pa)[4], uint64_t desc_v) {
-  if constexpr (kD == 64) {
-    wgmma::mma_rs_m64n64k16_tn<T>(o, pa, desc_v);
-  } else {
-    static_assert(kD == 128, "the warpgroup shape runs head dims 64 and 128");
-    wgmma::mma_rs_m64n128k16_tn<T>(o, pa, desc_v);
-  }
-}
-
 // Attends the warpgroup's 64 rows to the tile whose first key is n0 (every warp of the block calls it,
 // converged). `full`: every row of the block sees every key of the tile.
 template <typename Tile, typename T>
@@ -74,7 +63,8 @@ __device__ __forceinline__ void attend_tile_wgmma(const T* q_smem, const T* k_ti
   wgmma::fence();
 #pragma unroll
   for (int kk = 0; kk < Tile::kBlockN / 16; ++kk)
-    pv_step<T, kD>(st.o, pa[kk], wgmma::smem_desc(v_base + kk * 16 * kPanelRowBytes, kPanelBytes, kAtomBytes));
+    wgmma::mma_rs_m64k16_tn<T>(st.o, pa[kk],
+                               wgmma::smem_desc(v_base + kk * 16 * kPanelRowBytes, kPanelBytes, kAtomBytes));
   wgmma::commit_group();
   wgmma::wait_group<0>();
   wgmma::fence_operands(st.o);

@@ -51,7 +51,7 @@ struct BwdArgs {
   ScoreArgs s;
   float* dsum = nullptr;      // D_i = rowsum(dO * O), fp32 at [h * total_q + global row]
   float* dq_accum = nullptr;  // fp32 dQ at dq_accum_offset(global row, h, d); nullptr: deterministic
-  int num_n_blocks = 0;       // key tiles per (sequence, kv head) of the main kernel
+  int num_n_blocks = 0;       // key tiles per (sequence, kv head) of the main kernel (launch_bwd)
   int num_m_blocks = 0;       // query tiles per (sequence, head) of the deterministic dQ kernel
   // The tiled kernel's key tiles in the order of tile_order.h, with query tile m standing for key tile
   // num_n_blocks - 1 - m (under a causal mask the lowest key tiles see the most query rows: the heaviest

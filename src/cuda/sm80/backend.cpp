@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -14,6 +13,7 @@
 #include <utility>
 
 #include "api/backends.h"
+#include "common/env_switch.h"
 #include "cuda/common/device_guard.h"
 #include "cuda/common/launch.h"
 #include "cuda/sm80/kernel_traits.h"
@@ -117,36 +117,26 @@ std::string common_reason(const FwdProblem& p, int64_t smem) {
 // FLASHATTN_SM80_PAIRED_FWD=0 turns the paired forward tile off (read once per process): a benchmarking
 // switch, to measure both forward shapes on one device in one run (docs/kernels.md).
 bool paired_fwd_disabled() {
-  static const bool off = [] {
-    const char* v = std::getenv("FLASHATTN_SM80_PAIRED_FWD");
-    return v != nullptr && std::string(v) == "0";
-  }();
+  static const bool off = env_switch_off("FLASHATTN_SM80_PAIRED_FWD");
   return off;
 }
 
 // FLASHATTN_SM80_PERSISTENT_FWD=0 keeps the forward's grid at one CTA per tile (read once per process): a
 // benchmarking switch, as above, for the persistent grid of fwd_kernel.cuh.
 bool persistent_fwd_disabled() {
-  static const bool off = [] {
-    const char* v = std::getenv("FLASHATTN_SM80_PERSISTENT_FWD");
-    return v != nullptr && std::string(v) == "0";
-  }();
+  static const bool off = env_switch_off("FLASHATTN_SM80_PERSISTENT_FWD");
   return off;
 }
 
 // FLASHATTN_SM80_TILE_GROUPS=0 lists a masked call's tiles per head (tile_order.h), as before version 14
 // (forward) and 15 (backward); FLASHATTN_SM80_BWD_TILE_GROUPS=0 only the backward's (each read once per
 // process): benchmarking switches, as above.
-bool env_is_zero(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr && std::string(v) == "0";
-}
 bool tile_groups_disabled() {
-  static const bool off = env_is_zero("FLASHATTN_SM80_TILE_GROUPS");
+  static const bool off = env_switch_off("FLASHATTN_SM80_TILE_GROUPS");
   return off;
 }
 bool bwd_tile_groups_disabled() {
-  static const bool off = tile_groups_disabled() || env_is_zero("FLASHATTN_SM80_BWD_TILE_GROUPS");
+  static const bool off = tile_groups_disabled() || env_switch_off("FLASHATTN_SM80_BWD_TILE_GROUPS");
   return off;
 }
 

@@ -261,11 +261,11 @@ void launch_bwd_pass(const BwdArgs& args, cudaStream_t stream) {
 
 // dK and dV (and dQ into dq_accum unless deterministic) for one (dtype, head-dim bucket), in the
 // partition bwd_tile_for picks for a device whose CTAs may opt into `smem_optin` bytes of shared memory
-// (kernel_traits.h); instantiated in bwd_hdim<D>.cu.
+// (kernel_traits.h; launch_bwd set args.num_n_blocks from the same partition); instantiated in
+// bwd_hdim<D>.cu.
 template <typename T, int kHeadDim>
 void run_bwd(BwdArgs args, int64_t smem_optin, cudaStream_t stream) {
   const BwdTile tile = bwd_tile_for(kHeadDim, smem_optin);
-  args.num_n_blocks = int(ceil_div(args.p.seqlen_k, tile.block_n));
   if constexpr (has_rows_fallback(kHeadDim)) {
     if (!tile.tiled) {
       launch_bwd_pass<T, kHeadDim, BwdPass::dv_only>(args, stream);

@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(BwdTiled<T, kHeadDim, kGeneral>::kThreads, 1)
     n_block = int(block % args.num_n_blocks);
     block /= args.num_n_blocks;
   } else {  // launch_bwd.cu: heaviest (lowest) key tiles first
-    const TileCoord c = fwd_tile_coord(int(block), args.order);
+    const TileCoord c = tile_coord(int(block), args.order);
     n_block = args.num_n_blocks - 1 - c.m_block;
     block = c.head_seq;
   }

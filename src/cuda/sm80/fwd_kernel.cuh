@@ -80,7 +80,7 @@ struct FwdTileLoads {
 // Where work tile `tile` of the grid's list lies: its query rows, head and sequence, and the key tiles it
 // visits. The list's order: tile_order.h (per head, heavier query tiles first; on masked calls, the heavy
 // tiles in groups of heads, then the light tiles of every head). The per-head order takes the short path
-// of version 12 (a CTA computes its place before it can issue a load: fwd_tile_coord's extra division cost
+// of version 12 (a CTA computes its place before it can issue a load: tile_coord's extra division cost
 // the persistent D = 256 forward 1.5-2% at S = 512-2k), compiled in for the persistent instance, which runs
 // unmasked calls only, and chosen per call elsewhere.
 template <typename Main, bool kPerHead = false>
@@ -95,7 +95,7 @@ struct FwdTilePlace {
     const FwdProblem& p = args.p;
     const TileCoord c = kPerHead || args.order.per_head()
                             ? TileCoord{args.num_m_blocks - 1 - tile % args.num_m_blocks, tile / args.num_m_blocks}
-                            : fwd_tile_coord(tile, args.order);
+                            : tile_coord(tile, args.order);
     const int m_block = c.m_block;
     const int head_seq = c.head_seq, heads = int(p.heads);
     h = head_seq % heads;

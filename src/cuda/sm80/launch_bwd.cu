@@ -25,14 +25,14 @@ namespace {
 // device has SMs: measured on the H200 (bench/NOTES.md, sm80 version 15), causal backward +1-6% with 64 key
 // tiles per head or fewer and 1-3% slower with 128 or more, where the per-head order already runs about
 // one head at a time on the whole device and the groups only add L2 traffic.
-TileOrder bwd_tile_order(const BwdProblem& p, const BwdTile& tile, const DeviceFacts& device) {
+TileOrder bwd_tile_order(const BwdProblem& p, const BwdTile& tile, int n_blocks, const DeviceFacts& device) {
   const bool masked = p.score.window_left >= 0 || p.score.window_right >= 0;
-  const int64_t n_blocks = ceil_div(p.seqlen_k, tile.block_n), head_seqs = p.batch * p.heads_k;
+  const int64_t head_seqs = p.batch * p.heads_k;
   if (!tile.tiled || !masked || p.cu_seqlens_q != nullptr || device.l2_bytes <= 0 || n_blocks == 0 || head_seqs == 0 ||
       2 * n_blocks > device.sms)
-    return TileOrder{int(n_blocks), int(head_seqs)};
+    return TileOrder{};  // per (sequence, kv head)
   const int64_t bytes = p.group_size() * p.seqlen_q * p.head_dim * (2 * dtype_size(p.dtype) + 4);
-  return fwd_masked_tile_order(int(n_blocks), int(head_seqs), bytes, 1, device.l2_bytes, device.sms);
+  return masked_tile_order(n_blocks, int(head_seqs), bytes, 1, device.l2_bytes, device.sms);
 }
 
 }  // namespace
@@ -41,7 +41,10 @@ void launch_bwd(const BwdProblem& p, int64_t smem_optin, const DeviceFacts& devi
   BwdArgs args;
   args.p = p;
   args.s = make_score_args(p);
-  args.order = bwd_tile_order(p, bwd_tile_for(head_dim_bucket(p.head_dim), smem_optin), device);
+  // The partition the main kernel runs (run_bwd picks its kernel by the same call).
+  const BwdTile tile = bwd_tile_for(head_dim_bucket(p.head_dim), smem_optin);
+  args.num_n_blocks = int(ceil_div(p.seqlen_k, tile.block_n));
+  args.order = bwd_tile_order(p, tile, args.num_n_blocks, device);
   const int64_t rows = p.total_q * p.heads;  // (query row, head) pairs
   Workspace dsum(size_t(rows) * sizeof(float), stream);
   args.dsum = dsum.as<float>();

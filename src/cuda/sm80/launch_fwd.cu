@@ -40,8 +40,8 @@ void launch_fwd(const FwdProblem& p, bool paired, bool persistent, const DeviceF
     // The feature-free tiles hold two CTAs per SM on sm_90 (264 running on the H200 in the CTA traces);
     // where a tile holds one (the general instance at D >= 160, sm_80's larger tiles) the light tail is
     // four waves' worth instead of two.
-    args.order = fwd_masked_tile_order(int(m_blocks), int(head_seqs), kv_bytes, p.group_size(), device.l2_bytes,
-                                       2 * int64_t(device.sms));
+    args.order = masked_tile_order(int(m_blocks), int(head_seqs), kv_bytes, p.group_size(), device.l2_bytes,
+                                   2 * int64_t(device.sms));
   }
   dtype_switch(p.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;

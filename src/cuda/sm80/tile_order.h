@@ -1,9 +1,9 @@
 #pragma once
 
-// The order of the forward's work tiles: which (query tile, (sequence, head)) the grid's tile number t
-// runs. The hardware hands CTAs to SMs in blockIdx order as slots free (CTA traces confirm it: start times
-// rise with the index), so on a masked call (causal, windows), whose tiles differ in cost, the order
-// decides how long the last SMs run alone.
+// The order of a grid's work tiles (the forward's; the backward reuses it, launch_bwd.cu): which (query
+// tile, (sequence, head)) the grid's tile number t runs. The hardware hands CTAs to SMs in blockIdx order
+// as slots free (CTA traces confirm it: start times rise with the index), so on a masked call (causal,
+// windows), whose tiles differ in cost, the order decides how long the last SMs run alone.
 //
 // Per (sequence, head), heavy query tiles first (the order of unmasked and varlen calls), a causal grid
 // ends with all the query tiles of its last heads, heavy ones among them: CTA traces of the D = 256 and
@@ -43,7 +43,7 @@ struct TileOrder {
 };
 
 // Tile t of the list (m_blocks * head_seqs tiles, < 2^31).
-FA_HD TileCoord fwd_tile_coord(int t, const TileOrder& o) {
+FA_HD TileCoord tile_coord(int t, const TileOrder& o) {
   const int heavy_m = o.m_blocks - o.light_m;
   const int heavy_tiles = heavy_m * o.head_seqs;
   if (t >= heavy_tiles) {
@@ -62,12 +62,14 @@ FA_HD TileCoord fwd_tile_coord(int t, const TileOrder& o) {
   return TileCoord{o.m_blocks - 1 - u / width, first + u % width};
 }
 
-// The order of a masked forward. kv_bytes_per_head: one KV head's K and V (seqlen_k * head_dim * 2 *
-// element size); ratio: query heads per KV head; l2_bytes: the device's L2; slots: CTAs the device runs
-// at once. Tile costs are modelled as causal with seqlen_q = seqlen_k: query tile m visits m + 1 key
-// tiles, plus 1.5 for its start and end (the CTA traces: 4.8 us fixed and 3.3 us per key tile at D = 256).
-inline TileOrder fwd_masked_tile_order(int m_blocks, int head_seqs, int64_t kv_bytes_per_head, int64_t ratio,
-                                       int64_t l2_bytes, int64_t slots) {
+// The order of a masked call (the forward's query tiles; the backward's key tiles, launch_bwd.cu).
+// kv_bytes_per_head: what the tiles of one KV head share in L2 (the forward: its K and V, seqlen_k *
+// head_dim * 2 * element size); ratio: query heads per KV head; l2_bytes: the device's L2; slots: CTAs
+// the device runs at once. Tile costs are modelled as causal with seqlen_q = seqlen_k: query tile m
+// visits m + 1 key tiles, plus 1.5 for its start and end (the CTA traces: 4.8 us fixed and 3.3 us per
+// key tile at D = 256).
+inline TileOrder masked_tile_order(int m_blocks, int head_seqs, int64_t kv_bytes_per_head, int64_t ratio,
+                                   int64_t l2_bytes, int64_t slots) {
   TileOrder o;
   o.m_blocks = m_blocks, o.head_seqs = head_seqs;
   constexpr double kFixed = 1.5;
