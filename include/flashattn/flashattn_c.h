@@ -5,6 +5,7 @@
 #define FLASHATTN_C_H
 
 #include <stdint.h>
+#include <stddef.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -64,6 +65,11 @@ typedef struct flashattn_kvcache_params {
   int32_t rotary_interleaved;
   flashattn_options options;
   int32_t num_splits;
+  /* Optional scratch-memory source for the GPU kernels (KVCacheParams::workspace_allocator in api.h):
+     called at most once per call as workspace_alloc(bytes, workspace_alloc_context); returns device
+     memory valid for the call's work on its stream, or NULL to fail the call. NULL: the library allocates. */
+  void* (*workspace_alloc)(size_t bytes, void* context);
+  void* workspace_alloc_context;
 } flashattn_kvcache_params;
 
 /* Fill a params struct with the defaults (everything absent, windows -1, no dropout). */

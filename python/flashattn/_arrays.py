@@ -50,6 +50,17 @@ def native(x):
     return x
 
 
+def workspace_allocator(x):
+    """For a torch CUDA tensor `x`: bytes -> torch.empty(bytes, uint8) on x's device, the kernels' scratch
+    memory from torch's caching allocator on the current stream (a CUDA graph then holds no allocation
+    nodes); None otherwise (the library allocates)."""
+    if is_torch(x) and x.is_cuda:
+        import torch
+
+        return lambda n: torch.empty(n, dtype=torch.uint8, device=x.device)
+    return None
+
+
 def stream_of(x):
     """The cudaStream_t (as int) to run on: torch's current stream for CUDA tensors, else 0."""
     if is_torch(x) and x.is_cuda:

@@ -8,7 +8,16 @@ NotImplementedError (no backend implements it) or RuntimeError, with the library
 import numbers
 
 from . import _C
-from ._arrays import draw_seed, empty_float32, empty_like, last_dim_contiguous, max_segment, native, stream_of
+from ._arrays import (
+    draw_seed,
+    empty_float32,
+    empty_like,
+    last_dim_contiguous,
+    max_segment,
+    native,
+    stream_of,
+    workspace_allocator,
+)
 
 
 def window_pair(window_size):
@@ -225,6 +234,7 @@ def forward_kvcache(
         rotary_interleaved=bool(rotary_interleaved),
         num_splits=int(num_splits),
         stream=stream_of(q),
+        workspace_alloc=workspace_allocator(q),
         **_options(softmax_scale, causal, window_size, softcap, alibi_slopes, backend),
     )
     return out, lse

@@ -4,6 +4,8 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 
+#include <exception>
+
 #include "call_options.h"
 
 namespace flashattn::python {
@@ -20,8 +22,23 @@ auto kvcache_entry(InArray q, OutArray k_cache, OutArray v_cache, OutArray out, 
                    InArray cache_leftpad, InArray block_table, InArray rotary_cos, InArray rotary_sin,
                    bool rotary_interleaved, std::optional<float> softmax_scale, bool causal, int window_left,
                    int window_right, InArray alibi_slopes, float softcap, int num_splits, const std::string& backend,
-                   uintptr_t stream) {
+                   uintptr_t stream, nb::object workspace_alloc) {
   KVCacheParams p;
+  // workspace_alloc(bytes) -> an array on the call's device (torch.empty on the current stream): the
+  // kernels' scratch memory from the framework's caching allocator. The array is kept until the call
+  // has returned; the framework reclaims it in stream order after that.
+  nb::object workspace;
+  if (!workspace_alloc.is_none()) {
+    p.workspace_allocator = [&](size_t bytes) -> void* {
+      nb::gil_scoped_acquire gil;
+      try {
+        workspace = workspace_alloc(bytes);
+        return reinterpret_cast<void*>(nb::cast<uintptr_t>(workspace.attr("data_ptr")()));
+      } catch (const std::exception&) {  // a Python error or a result without an integer data_ptr()
+        return nullptr;                  // the call then fails with Status::out_of_memory
+      }
+    };
+  }
   p.q = to_tensor(q, kKV, "q");
   p.k_cache = to_tensor(k_cache, kKV, "k_cache");
   p.v_cache = to_tensor(v_cache, kKV, "v_cache");
@@ -50,7 +67,7 @@ void def_kvcache(nb::module_& m, const char* name, Func f, const char* doc) {
         "block_table"_a.none() = nb::none(), "rotary_cos"_a.none() = nb::none(), "rotary_sin"_a.none() = nb::none(),
         "rotary_interleaved"_a = true, "softmax_scale"_a.none() = nb::none(), "causal"_a = false, "window_left"_a = -1,
         "window_right"_a = -1, "alibi_slopes"_a.none() = nb::none(), "softcap"_a = 0.0f, "num_splits"_a = 0,
-        "backend"_a = "", "stream"_a = 0, doc);
+        "backend"_a = "", "stream"_a = 0, "workspace_alloc"_a.none() = nb::none(), doc);
 }
 
 }  // namespace
@@ -59,7 +76,9 @@ void bind_kvcache(nb::module_& m) {
   def_kvcache(m, "fwd_kvcache", &kvcache_entry<RunCall>,
               "flashattn::forward_kvcache: appends k_new/v_new into the cache (in place), then attends; writes "
               "out (and softmax_lse when given) on `stream`. cache_seqlens is an int32 array or, when None, "
-              "cache_seqlens_scalar for every sequence (-1: the whole cache).");
+              "cache_seqlens_scalar for every sequence (-1: the whole cache). workspace_alloc, when given, is "
+              "called with a byte count and returns a device array (its data_ptr is used) for the kernels' "
+              "scratch memory, valid for the work on `stream`.");
   def_kvcache(m, "query_fwd_kvcache", &kvcache_entry<QueryCall>,
               "Validates fwd_kvcache's arguments and returns each backend's answer (dicts); nothing is written, stream "
               "is unused.");

@@ -163,6 +163,11 @@ int flashattn_forward_kvcache(const flashattn_kvcache_params* p, void* stream) {
     k.rotary_interleaved = p->rotary_interleaved != 0;
     k.options = to_options(p->options);
     k.num_splits = p->num_splits;
+    if (p->workspace_alloc) {
+      auto* alloc = p->workspace_alloc;
+      void* context = p->workspace_alloc_context;
+      k.workspace_allocator = [alloc, context](size_t bytes) { return alloc(bytes, context); };
+    }
     flashattn::forward_kvcache(k, stream);
   });
 }

@@ -5,6 +5,7 @@
 // applied (softmax scale, causal -> right window 0), pointers and element strides flattened so that the
 // dense (B, S, H, D) and varlen (total, H, D) layouts are addressed the same way.
 
+#include <cstddef>
 #include <cstdint>
 
 #include "common/host_device.h"
@@ -119,6 +120,11 @@ struct KVCacheProblem {
   RotaryParams rotary;
   ScoreParams score;
   int num_splits = 0;
+  // The caller's workspace allocator (KVCacheParams::workspace_allocator), or null: the backend then
+  // allocates stream-ordered memory. A plain function and its context, so that the problem stays a
+  // trivially copyable kernel parameter; valid for the duration of the call.
+  void* (*workspace_allocator)(size_t bytes, void* context) = nullptr;
+  void* workspace_context = nullptr;
 
   int64_t group_size() const { return heads / heads_k; }
 };

@@ -1,3 +1,4 @@
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -238,6 +239,12 @@ KVCacheProblem make_kvcache_problem(const KVCacheParams& p) {
   pr.score = make_score_params(c, p.options, pr.batch, pr.heads, pr.head_dim, pr.device);
   if (p.num_splits < 0) c.fail("num_splits", "a value >= 0 (0 chooses)", std::to_string(p.num_splits));
   pr.num_splits = p.num_splits;
+  if (p.workspace_allocator) {
+    pr.workspace_allocator = [](size_t bytes, void* context) {
+      return (*static_cast<const std::function<void*(size_t)>*>(context))(bytes);
+    };
+    pr.workspace_context = const_cast<std::function<void*(size_t)>*>(&p.workspace_allocator);
+  }
 
   check_out_like_q(c, p.out, "out", p.q);
   c.no_self_overlap(p.out, "out");

@@ -9,7 +9,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "criterion.h"
@@ -298,22 +300,11 @@ KVConfig decode_config(int64_t heads, int64_t heads_k, int64_t head_dim, int64_t
   return c;
 }
 
-TEST(CudaDecodeHost, InKernelCombineRule) {
-  // (splits, packed rows, block rows, warps): at most one row per warp, never with one split
-  EXPECT_FALSE(dec::combine_in_kernel(1, 4, 16, 4));
-  EXPECT_TRUE(dec::combine_in_kernel(33, 4, 16, 4));  // decode, GQA 32/8
-  EXPECT_TRUE(dec::combine_in_kernel(33, 3, 16, 4));
-  EXPECT_FALSE(dec::combine_in_kernel(2, 8, 16, 4));   // decode, GQA 64/8: two turns, the combine kernel
-  EXPECT_FALSE(dec::combine_in_kernel(8, 32, 32, 4));  // 8 tokens x group 4 (narrow shape)
-  EXPECT_FALSE(dec::combine_in_kernel(8, 256, 128, 8));
-}
-
-// The last block of a row tile combines its splits in split order, whichever block arrives last: the
-// same bits on every call, on both combine paths (rows 4: in the attention kernel; rows 12: the
-// combine kernel). With a new token appended (rotary on), every call runs the whole chain of kernels,
-// the counter reset and the attention launched early on sm_90 (programmatic dependent launch): append,
-// reset and attention, or append, attention and combine; the outputs must also match the oracle, which
-// they would not if the attention read the cache or q before the append had written them.
+// The combine merges the splits in split order: the same bits on every call (rows 4: one per warp of the
+// small shape; rows 12). With a new token appended (rotary on), every call runs the whole chain of
+// kernels, append, attention and combine, the last two launched early on sm_90 (programmatic dependent
+// launch); the outputs must also match the oracle, which they would not if the attention read the cache
+// or q before the append had written them, or the combine the partials before the attention had.
 TEST(CudaDecode, SplitCombineIsRepeatable) {
   FA_SKIP_WITHOUT_GPU("cuda_decode");
   for (int64_t group : {4, 12}) {
@@ -471,6 +462,7 @@ struct DeviceCall {
     params.softmax_lse = lse.view();
     params.options.causal = c.causal;
     params.options.backend = "cuda_decode";
+    params.num_splits = int(c.num_splits);
   }
 
   // NaN into out and LSE (0xFF bytes), so a replay that writes nothing cannot pass.
@@ -489,19 +481,59 @@ bool same_bytes(const HostTensor& a, const HostTensor& b) {
   return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
 }
 
+// Memory-allocation nodes of a captured graph.
+size_t allocation_nodes(cudaGraph_t graph) {
+  size_t count = 0;
+  cuda_ok(cudaGraphGetNodes(graph, nullptr, &count), "cudaGraphGetNodes");
+  std::vector<cudaGraphNode_t> nodes(count);
+  cuda_ok(cudaGraphGetNodes(graph, nodes.data(), &count), "cudaGraphGetNodes");
+  size_t allocs = 0;
+  for (cudaGraphNode_t n : nodes) {
+    cudaGraphNodeType type{};
+    cuda_ok(cudaGraphNodeGetType(n, &type), "cudaGraphNodeGetType");
+    allocs += type == cudaGraphNodeTypeMemAlloc;
+  }
+  return allocs;
+}
+
+// A caller's workspace allocator (KVCacheParams::workspace_allocator) as a framework's caching allocator
+// behaves for its stream: slices of an arena reserved up front (cudaMalloc is not allowed while a stream
+// is being captured), valid until the allocator goes; nullptr once the arena is used up.
+struct TestAllocator {
+  unsigned char* arena = nullptr;
+  size_t capacity = size_t(64) << 20, used = 0;
+  std::vector<size_t> requests;
+  TestAllocator() { cuda_ok(cudaMalloc(reinterpret_cast<void**>(&arena), capacity), "arena"); }
+  ~TestAllocator() { cudaFree(arena); }
+  std::function<void*(size_t)> fn() {
+    return [this](size_t bytes) -> void* {
+      requests.push_back(bytes);
+      // 16 bytes past a 256-byte boundary: the backend aligns the memory itself (its parts are 256-byte
+      // aligned for 16-byte loads).
+      const size_t start = (used + 255) / 256 * 256 + 16;
+      if (start + bytes > capacity) return nullptr;
+      used = start + bytes;
+      return arena + start;
+    };
+  }
+};
+
 // A paged decode step with new tokens, rotary (NeoX, partial) and causal: every kernel of the call and
-// the workspace (rotated q, split partials, arrival counters) run inside the graph, with programmatic
-// dependent launch on sm_90. `tokens` 2: append, attention, combine kernel; 1 with splits: append,
-// counter reset, attention with the in-kernel combine.
-void check_graph_capture_replay(int64_t tokens, int splits) {
+// the workspace (rotated q, split partials) run inside the graph, with programmatic dependent launch on
+// sm_90: append, attention and, with more than one split, combine. With `caller_workspace` the scratch
+// memory comes from the caller's allocator and the graph holds no allocation node; without, from
+// cudaMallocAsync (allocation nodes in the graph).
+void check_graph_capture_replay(int64_t tokens, int splits, bool caller_workspace = false) {
   KVConfig cfg = decode_config(32, 8, 128, tokens, 2048, {1500, 3, 800, 2000 - 2});
   cfg.page_size = 16;
   cfg.rotary_dim = 64;
   cfg.rotary_interleaved = false;
   cfg.num_splits = splits;
-  SCOPED_TRACE(cfg.name());
+  SCOPED_TRACE(cfg.name() + (caller_workspace ? " caller workspace" : ""));
   const KVInputs in = make_kv_inputs(cfg, 50 + uint64_t(tokens));
   DeviceCall call(in);
+  TestAllocator allocator;
+  if (caller_workspace) call.params.workspace_allocator = allocator.fn();
   cudaStream_t stream = nullptr;
   cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
 
@@ -520,6 +552,12 @@ void check_graph_capture_replay(int64_t tokens, int splits) {
     FAIL() << "forward_kvcache during capture: " << e.what();
   }
   cuda_ok(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+  if (caller_workspace) {
+    EXPECT_EQ(allocation_nodes(graph), 0u);
+    EXPECT_EQ(allocator.requests.size(), 2u);  // the direct call and the captured one, once each
+  } else {
+    EXPECT_GT(allocation_nodes(graph), 0u);
+  }
   cudaGraphExec_t exec = nullptr;
   cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
 
@@ -558,6 +596,61 @@ TEST(CudaDecode, GraphCaptureReplayMatchesDirectCall) {
   FA_SKIP_WITHOUT_GPU("cuda_decode");
   check_graph_capture_replay(2, 0);
   check_graph_capture_replay(1, 16);
+  check_graph_capture_replay(1, 16, true);
+  check_graph_capture_replay(2, 0, true);
+}
+
+// The caller's allocator is asked only when the call needs scratch memory (splits or rotary), for enough
+// of it; an allocator that returns nothing fails the call with out_of_memory, naming it, before any
+// kernel runs: the cache keeps its contents (no append) and out its poison.
+TEST(CudaDecode, CallerWorkspaceAllocator) {
+  FA_SKIP_WITHOUT_GPU("cuda_decode");
+  KVConfig cfg = decode_config(32, 8, 128, 1, 4096, {4000, 1234});
+  cfg.num_splits = 8;
+  const KVInputs in = make_kv_inputs(cfg, 81);
+  {
+    DeviceCall call(in);
+    TestAllocator allocator;
+    call.params.workspace_allocator = allocator.fn();
+    flashattn::forward_kvcache(call.params, nullptr);
+    device_synchronize(Device::cuda(0));
+    expect_outputs_match(cfg, call.download(), kv_oracle(in));
+    ASSERT_EQ(allocator.requests.size(), 1u);
+    // 8 splits x 2 sequences x 8 kv heads x 4 rows x (128 outputs + 1 LSE) fp32 at least.
+    EXPECT_GE(allocator.requests[0], size_t(8 * 2 * 8 * 4 * 129 * 4));
+  }
+  {
+    KVInputs one = in;
+    one.cfg.num_splits = 1;  // no partials, no rotary: nothing to allocate
+    DeviceCall call(one);
+    TestAllocator allocator;
+    call.params.workspace_allocator = allocator.fn();
+    flashattn::forward_kvcache(call.params, nullptr);
+    device_synchronize(Device::cuda(0));
+    expect_outputs_match(one.cfg, call.download(), kv_oracle(one));
+    EXPECT_TRUE(allocator.requests.empty());
+  }
+  {
+    KVConfig app = cfg;
+    app.seqlen_new = 1;  // an append that must not happen
+    const KVInputs ain = make_kv_inputs(app, 82);
+    DeviceCall call(ain);
+    call.params.workspace_allocator = [](size_t) -> void* { return nullptr; };
+    try {
+      flashattn::forward_kvcache(call.params, nullptr);
+      ADD_FAILURE() << "expected out_of_memory";
+    } catch (const flashattn::Error& e) {
+      EXPECT_EQ(e.status(), flashattn::Status::out_of_memory);
+      EXPECT_NE(std::string(e.what()).find("workspace_allocator"), std::string::npos) << e.what();
+    }
+    device_synchronize(Device::cuda(0));
+    const KVOutputs after = call.download();
+    EXPECT_TRUE(same_bytes(after.k_cache, ain.k_cache));
+    EXPECT_TRUE(same_bytes(after.v_cache, ain.v_cache));
+    HostTensor poisoned(app.dtype, ain.q.shape());
+    poisoned.poison();
+    EXPECT_TRUE(same_bytes(after.out, poisoned));
+  }
 }
 
 // A paged V cache with padded rows (strides unlike K's) goes through the tile loader's general paged

@@ -140,3 +140,27 @@ def test_int_cache_seqlens_and_lse():
                                                to_numpy(state["v_cache"]), cache_seqlens=300)  # fmt: skip
     torch.testing.assert_close(out.double().cpu(), torch.from_numpy(ref_out), rtol=0, atol=3e-2)
     torch.testing.assert_close(lse.double().cpu(), torch.from_numpy(ref_lse), rtol=0, atol=1e-3)
+
+
+def test_split_scratch_memory_comes_from_torch():
+    """The GPU kernels' scratch memory (split partials) is taken from torch's caching allocator on the
+    current stream: one allocation more than the call's outputs when the keys are split, none otherwise."""
+    require_device("cuda")
+    state = decode_inputs("cuda", torch.bfloat16, seed=6)
+    require_support(flashattn.query_backends_kvcache(**state, causal=True))
+    if not any(b["chosen"] and b["name"] == "cuda_decode" for b in flashattn.query_backends_kvcache(**state)):
+        pytest.skip("cuda_decode does not run this call")
+    args = dict(cache_seqlens=state["cache_seqlens"], block_table=state["block_table"], causal=True)
+
+    def allocations(num_splits):
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_stats()["allocation.all.allocated"]
+        out = flashattn.flash_attn_with_kvcache(state["q"], state["k_cache"], state["v_cache"],
+                                                num_splits=num_splits, **args)  # fmt: skip
+        torch.cuda.synchronize()
+        return torch.cuda.memory_stats()["allocation.all.allocated"] - before, out
+
+    whole, out_whole = allocations(1)
+    split, out_split = allocations(8)
+    assert split == whole + 1
+    torch.testing.assert_close(out_split, out_whole, rtol=1e-2, atol=1e-2)

@@ -7,7 +7,7 @@
 // second reads from L2. The block's key range is the union of its rows' visible keys, cut into tiles of
 // kBlockN keys; split s takes a contiguous run of ceil(tiles / splits) tiles. With one split the block
 // writes out and LSE; otherwise it writes its normalised partial output and LSE to the workspace, and
-// either the last block of the row tile (combine_if_last) or combine.cu's kernel merges the splits.
+// combine.cu's kernel, launched early (programmatic dependent launch), merges the splits.
 //
 // Pipeline (S = Tile::kStages buffers, cp.async groups): the prologue issues Q + tile 0 as group 0 and
 // tiles 1..S-2 as groups 1..S-2 (a group is committed even when empty, so group g is always tile g).
@@ -84,36 +84,6 @@ __device__ __forceinline__ void write_block_rows(const KVCacheProblem& p, const 
       if (d == 0) a.part_lse[row] = lse;
     }
   }
-}
-
-// With arrival counters (DecodeArgs::arrivals), after every thread wrote its partial rows: the block
-// counts itself on its row tile's counter, and the last of the tile's num_splits blocks combines the
-// tile's rows, one warp per row, reading the partials through L2. The fence before the count makes
-// this block's partials visible to whichever block comes last; the fence after it orders the last
-// block's reads after the counts of the others (the threadfence-reduction pattern of the CUDA
-// programming guide). `smem` is free again once every thread is past write_block_rows: it holds the
-// warps' split weights, then the flag (in dynamic shared memory, so that the largest tiles keep their
-// opt-in budget).
-template <typename Tile, typename T>
-__device__ __forceinline__ void combine_if_last(const KVCacheProblem& p, const DecodeArgs& a, int64_t b, int64_t hk,
-                                                int row_tile, int m0, unsigned char* smem) {
-  static_assert(Tile::kSmemBytes >= (Tile::kWarps * kMaxSplits + 1) * sizeof(float), "weights and flag fit");
-  float* weights_all = reinterpret_cast<float*>(smem);
-  int* last = reinterpret_cast<int*>(weights_all + Tile::kWarps * kMaxSplits);
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int* counter = a.arrivals + (b * p.heads_k + hk) * a.row_tiles + row_tile;
-    *last = atomicAdd(counter, 1) == a.num_splits - 1;
-  }
-  __syncthreads();
-  if (!*last) return;
-  __threadfence();
-  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
-  float* weights = weights_all + warp * kMaxSplits;
-  const int tile_rows = a.rows - m0 < Tile::kRows ? a.rows - m0 : Tile::kRows;
-  for (int r = warp; r < tile_rows; r += Tile::kWarps)
-    combine_split_row<T, true>(p, a, (b * p.heads_k + hk) * a.rows + m0 + r, weights, lane);
 }
 
 // kPaged: the cache is paged (p.cache.block_table set). Separate instances keep each loop to its own
@@ -221,8 +191,11 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
     read_buf = read_buf + 1 == stages ? 0 : read_buf + 1;
   }
 
-  // The kernel before this one in the call (append or the counters' reset) has completed from here on:
-  // the arrival counters are zero, and the call's kernels complete in stream order.
+  // The combine kernel may launch once every block is here (it waits for this grid to complete before it
+  // reads the partials): its launch then overlaps the epilogue instead of following it.
+  pdl_launch_dependents();
+  // The append kernel, when this one was launched early behind it, has completed from here on: the call's
+  // kernels complete in stream order.
   pdl_wait();
   // Epilogue: the staging area overlays Q and K/V, so wait for every copy and every warp's last reads.
   ptx::cp_async_wait<0>();
@@ -233,7 +206,6 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
   stage_warp_state<Tile>(st, rw, kw, lane, o_stage, m_stage, l_stage);
   __syncthreads();
   write_block_rows<Tile, T>(p, a, b, hk, split, m0, o_stage, m_stage, l_stage);
-  if (a.arrivals != nullptr) combine_if_last<Tile, T>(p, a, b, hk, row_tile, m0, smem);
 }
 
 }  // namespace flashattn::detail::cuda::decode

@@ -4,14 +4,16 @@
 // lse = log(sum_s exp(lse_s)), where out_s is split s's normalised output and lse_s its natural-log LSE
 // (-inf when the split saw no key: weight 0). A row no split saw gets out 0 and LSE +inf.
 //
-// Shared by the combine kernel (combine.cu) and the attention kernel's last block of a row tile
-// (attention_kernel.cuh). The latter reads partials that other blocks wrote during the same kernel, so
-// it reads through L2 only (ld.global.cg): this SM's L1 is not coherent with their writes.
+// The combine kernel (combine.cu) runs it behind the attention kernel that wrote the partials, launched
+// before that kernel completed (programmatic dependent launch), so it reads them through L2 only
+// (ld.global.cg): nothing of a partial may come from an L1 line filled before they were written.
 //
-// Every load of a phase is issued before the first is used: each is an L2 round trip, and one at a time
+// Loads are issued in batches before any of them is used: each is an L2 round trip, and one at a time
 // they made the combine ~20 us at batch 1 (bench/NOTES.md, decode v3). The split LSEs are read once into
 // registers (split s = lane + 32 k); each lane accumulates 4 dims (d = 4 lane + 128 k) with float4 loads,
-// a warp reading 512 contiguous bytes per split.
+// a warp reading 512 contiguous bytes per split. The first batch of partials (the lane's first 4 dims of
+// splits 0..15) is requested together with the LSEs, not after the weights: with up to 16 splits at head
+// dims <= 128 a row is one round trip instead of three (bench/NOTES.md, decode v13).
 
 #include <cuda_runtime.h>
 
@@ -23,23 +25,11 @@
 
 namespace flashattn::detail::cuda::decode {
 
-inline constexpr int kCombineLoadsInFlight = 8;  // partial rows a lane loads before it accumulates them
+inline constexpr int kCombineLoadsInFlight = 16;  // partial rows a lane loads before it accumulates them
 
-template <bool kL2Only>
-__device__ __forceinline__ float load_partial(const float* p) {
-  if constexpr (kL2Only)
-    return __ldcg(p);
-  else
-    return *p;
-}
+__device__ __forceinline__ float load_partial(const float* p) { return __ldcg(p); }
 
-template <bool kL2Only>
-__device__ __forceinline__ float4 load_partial4(const float* p) {
-  if constexpr (kL2Only)
-    return __ldcg(reinterpret_cast<const float4*>(p));
-  else
-    return *reinterpret_cast<const float4*>(p);
-}
+__device__ __forceinline__ float4 load_partial4(const float* p) { return __ldcg(reinterpret_cast<const float4*>(p)); }
 
 __device__ __forceinline__ float combine_warp_max(float x) {
 #pragma unroll
@@ -63,7 +53,7 @@ __device__ __forceinline__ void store_out4(T* dst, float4 v) {
 
 // Combines packed row `row` ((b * Hk + hk) * rows + r) of the partials; `weights` is this warp's
 // kMaxSplits floats of shared memory. All 32 lanes call it.
-template <typename T, bool kL2Only>
+template <typename T>
 __device__ __forceinline__ void combine_split_row(const KVCacheProblem& p, const DecodeArgs& a, int64_t row,
                                                   float* weights, int lane) {
   constexpr int kLsePerLane = kMaxSplits / 32;
@@ -75,11 +65,26 @@ __device__ __forceinline__ void combine_split_row(const KVCacheProblem& p, const
   const int dim = int(p.head_dim);
   const int splits = a.num_splits;
 
+  // Batch (d, s0): splits s0.. of dims d..d+3. Loads depend on s alone, not on the split's weight: loads
+  // guarded by weight != 0 made the compiler wait for each weight before issuing its load (2 in flight
+  // instead of 8, in the SASS). Every split block writes all of its rows (attention_kernel.cuh), so each
+  // read is defined.
+  const float* part = a.part_out + row * dim;
+  auto load_batch = [&](float4(&v)[kCombineLoadsInFlight], int d, int s0) {
+#pragma unroll
+    for (int k = 0; k < kCombineLoadsInFlight; ++k) {
+      const int s = s0 + k;
+      v[k] = s < splits && d < dim ? load_partial4(part + s * rows_all * dim + d) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+  };
+  float4 v[kCombineLoadsInFlight];
+  load_batch(v, 4 * lane, 0);
+
   float lse_s[kLsePerLane];
 #pragma unroll
   for (int k = 0; k < kLsePerLane; ++k) {
     const int s = lane + 32 * k;
-    lse_s[k] = s < splits ? load_partial<kL2Only>(a.part_lse + s * rows_all + row) : -INFINITY;
+    lse_s[k] = s < splits ? load_partial(a.part_lse + s * rows_all + row) : -INFINITY;
   }
   float m = -INFINITY;
 #pragma unroll
@@ -103,17 +108,8 @@ __device__ __forceinline__ void combine_split_row(const KVCacheProblem& p, const
 
   for (int d = 4 * lane; d < dim; d += 128) {
     float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    const float* src = a.part_out + row * dim + d;
     for (int s0 = 0; s0 < splits; s0 += kCombineLoadsInFlight) {
-      float4 v[kCombineLoadsInFlight];
-#pragma unroll
-      for (int k = 0; k < kCombineLoadsInFlight; ++k) {
-        // The load depends on s alone, not on the split's weight: loads guarded by weight != 0 made the
-        // compiler wait for each weight before issuing its load (2 in flight instead of 8, in the SASS).
-        // Every split block writes all of its rows (attention_kernel.cuh), so each read is defined.
-        const int s = s0 + k;
-        v[k] = s < splits ? load_partial4<kL2Only>(src + s * rows_all * dim) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      }
+      if (d != 4 * lane || s0 != 0) load_batch(v, d, s0);  // the first batch is in flight already
 #pragma unroll
       for (int k = 0; k < kCombineLoadsInFlight; ++k) {  // in split order: the same sums on both paths
         const int s = s0 + k;

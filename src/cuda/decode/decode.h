@@ -47,11 +47,8 @@ void launch_attention_for(DType dtype, RowShape shape, const KVCacheProblem& p, 
 // first kernel; returns whether there was anything to launch.
 bool launch_append_rotary(const KVCacheProblem& p, void* q_rot, cudaStream_t stream);
 
-// Zeroes `count` arrival counters (DecodeArgs::arrivals). A kernel instead of a memset so that the
-// attention after it can launch early (programmatic dependent launch); after_kernel as for the attention.
-void launch_zero_arrivals(int* counters, int64_t count, int device, bool after_kernel, cudaStream_t stream);
-
-// Merges a.num_splits partials (DecodeArgs::part_out/part_lse) into out and LSE.
+// Merges a.num_splits partials (DecodeArgs::part_out/part_lse) into out and LSE. Launched right after the
+// attention kernel, with programmatic dependent launch where its code was built for sm_90+.
 void launch_combine(const KVCacheProblem& p, const DecodeArgs& a, cudaStream_t stream);
 
 }  // namespace flashattn::detail::cuda::decode

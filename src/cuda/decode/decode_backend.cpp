@@ -4,11 +4,10 @@
 //   1. append + rotary (when k_new is given or rotary is on): new k/v into the cache, rotated q into a
 //      workspace;
 //   2. the split-KV attention with GQA packing (tensor cores);
-//   3. the combine of the splits, when there is more than one and a block has more rows than its last
-//      block combines itself (decode_tile.h, combine_in_kernel); where it does, a small kernel zeroing
-//      the arrival counters precedes 2 instead.
-// On sm_90+ the counter reset and the attention use programmatic dependent launch when a kernel of the
-// call precedes them (cuda/common/pdl.cuh); the combine is a plain launch (decode.h).
+//   3. the combine of the splits, when there is more than one.
+// On sm_90+ the attention (when the append precedes it) and the combine use programmatic dependent launch
+// (cuda/common/pdl.cuh). Scratch memory comes from the caller's workspace allocator when the call has one
+// (KVCacheParams::workspace_allocator), else from cudaMallocAsync.
 // Grids depend only on shapes and the cache capacity; sequence lengths are read on the device.
 
 #include <cuda_runtime_api.h>
@@ -220,33 +219,29 @@ void run(const KVCacheProblem& p, Stream stream) {
   si.requested = p.num_splits;
   a.num_splits = choose_num_splits(si);
 
-  const bool in_kernel = combine_in_kernel(a.num_splits, rows, ks.rows, ks.threads / 32);
-
-  // Workspace: [rotated q][arrival counters][split LSEs][split outputs], each part 256-byte aligned.
+  // Workspace: [rotated q][split LSEs][split outputs], each part 256-byte aligned; from the caller's
+  // allocator when there is one.
   const size_t q_rot_bytes = rotary ? round_up_256(size_t(p.batch * p.seqlen_q * p.heads * p.head_dim) * 2) : 0;
-  const size_t counter_bytes = in_kernel ? round_up_256(size_t(si.blocks) * sizeof(int)) : 0;
   const size_t part_rows = a.num_splits > 1 ? size_t(a.num_splits) * size_t(p.batch * p.heads_k * rows) : 0;
   const size_t lse_bytes = round_up_256(part_rows * sizeof(float));
   const size_t out_bytes = part_rows * size_t(p.head_dim) * sizeof(float);
-  Workspace ws(q_rot_bytes + counter_bytes + lse_bytes + out_bytes, st);
+  Workspace ws(q_rot_bytes + lse_bytes + out_bytes, st, p.workspace_allocator, p.workspace_context);
   unsigned char* base = ws.as<unsigned char>();
   if (reinterpret_cast<uintptr_t>(base) % 256 != 0)  // the 16-byte loads of q_rot and the partials rely on it
     throw Error(Status::internal, "flashattn: cuda_decode: workspace not 256-byte aligned");
   void* q_rot = rotary ? base : nullptr;
-  if (in_kernel) a.arrivals = reinterpret_cast<int*>(base + q_rot_bytes);
   if (part_rows > 0) {
-    a.part_lse = reinterpret_cast<float*>(base + q_rot_bytes + counter_bytes);
-    a.part_out = reinterpret_cast<float*>(base + q_rot_bytes + counter_bytes + lse_bytes);
+    a.part_lse = reinterpret_cast<float*>(base + q_rot_bytes);
+    a.part_out = reinterpret_cast<float*>(base + q_rot_bytes + lse_bytes);
   }
 
-  // The reset and the attention may launch while the kernel before them runs (programmatic dependent
+  // The attention and the combine may launch while the kernel before them runs (programmatic dependent
   // launch, cuda/common/pdl.cuh): a decode step that appends its token, captured in a CUDA graph,
   // measured 14% faster at batch 1 x 4k on the H200 (bench/NOTES.md, decode v8).
   const bool appended = launch_append_rotary(p, q_rot, st);  // nothing to launch without new tokens and rotary
   if (rows == 0) return;
   KVCacheProblem pa = p;
   if (rotary) pa.q = RowsView{q_rot, p.seqlen_q * p.heads * p.head_dim, p.heads * p.head_dim, p.head_dim};
-  if (in_kernel) launch_zero_arrivals(a.arrivals, si.blocks, device, appended, st);
   a.wait_for_inputs = appended;
   // A streaming call is sized for one block per SM (split_heuristic.h). Its launch reserves more than
   // half of an SM's shared memory so that the block scheduler cannot put two of its blocks on one SM
@@ -254,8 +249,8 @@ void run(const KVCacheProblem& p, Stream stream) {
   // kernel (programmatic dependent launch): batch 16 x 4k lost 4.4% (bench/NOTES.md, decode v8).
   const size_t launch_smem =
       si.streaming ? std::max(ks.smem, std::min(facts.smem_per_sm / 2, facts.smem_per_block_optin)) : ks.smem;
-  launch_attention(p.dtype, bucket, shape, pa, a, si.blocks * a.num_splits, launch_smem, appended || in_kernel, st);
-  if (a.num_splits > 1 && !in_kernel) launch_combine(pa, a, st);
+  launch_attention(p.dtype, bucket, shape, pa, a, si.blocks * a.num_splits, launch_smem, appended, st);
+  if (a.num_splits > 1) launch_combine(pa, a, st);
 }
 
 }  // namespace

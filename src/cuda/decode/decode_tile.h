@@ -181,24 +181,9 @@ struct DecodeArgs {
   // and the split's natural-log LSE (num_splits, B, Hk, rows); -inf for a split with no visible key.
   float* part_out = nullptr;
   float* part_lse = nullptr;
-  // Arrival counters, one per (sequence, kv head, row tile), zeroed by arrivals.cu's kernel before the
-  // attention kernel. When set, the last split block of a row tile to finish combines that tile's rows
-  // itself (attention_kernel.cuh); when null, combine.cu's kernel runs after the attention kernel.
-  int* arrivals = nullptr;
   // The append kernel ran before this call's attention, which was launched with programmatic dependent
   // launch (cuda/common/pdl.cuh): wait for it before reading q (its rotated copy) or the cache.
   bool wait_for_inputs = false;
 };
-
-// The block that finishes a row tile last combines its rows with one warp per row, in turns of as many
-// rows as it has warps. Each turn is a chain of dependent L2 round trips (split LSEs, then the
-// partials), where the combine kernel gives every row its own warp at once: measured on the H200, one
-// turn beats the second launch by ~1 us at batch 1, two turns lose ~2 us to it (bench/NOTES.md, decode v5).
-inline constexpr int kInKernelCombineTurns = 1;
-
-constexpr bool combine_in_kernel(int num_splits, int64_t rows, int block_rows, int warps) {
-  const int64_t tile_rows = rows < block_rows ? rows : block_rows;
-  return num_splits > 1 && (tile_rows + warps - 1) / warps <= kInKernelCombineTurns;
-}
 
 }  // namespace flashattn::detail::cuda::decode
