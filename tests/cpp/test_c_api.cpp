@@ -8,6 +8,8 @@
 #include "attention_case.h"
 #include "flashattn/flashattn_c.h"
 #include "flashattn/version.h"
+#include "gpu_test.h"
+#include "kvcache_case.h"
 
 namespace fa_test {
 namespace {
@@ -73,6 +75,56 @@ TEST(CApi, NullParams) {
   EXPECT_NE(std::string(flashattn_last_error()).find("expected a params pointer, got NULL"), std::string::npos);
   EXPECT_EQ(flashattn_backward(nullptr, nullptr), FLASHATTN_INVALID_ARGUMENT);
   EXPECT_EQ(flashattn_forward_kvcache(nullptr, nullptr), FLASHATTN_INVALID_ARGUMENT);
+}
+
+// A caller's workspace_alloc reaches the GPU kernels: asked once for a split decode call (with its
+// context), and the result is the C++ API's bit for bit.
+TEST(CApi, KvcacheWorkspaceAlloc) {
+  FA_SKIP_WITHOUT_GPU("cuda_decode through the C API");
+  KVConfig c;
+  c.dtype = DType::bf16;
+  c.batch = 2;
+  c.heads = 32;
+  c.heads_k = 8;
+  c.head_dim = 128;
+  c.capacity = 4096;
+  c.cache_seqlens = {4000, 1234};
+  c.num_splits = 8;
+  const KVInputs in = make_kv_inputs(c, 91);
+  const KVOutputs cpp = run_kvcache(in, "cuda_decode", Device::cuda(0));
+
+  const Device d = Device::cuda(0);
+  DeviceTensor q(in.q, d), k_cache(in.k_cache, d), v_cache(in.v_cache, d), lens(in.cache_seqlens, d);
+  HostTensor out_host(c.dtype, in.q.shape()), lse_host(DType::f32, {c.batch, c.heads, c.seqlen_q});
+  out_host.poison();
+  lse_host.poison();
+  DeviceTensor out(out_host, d), lse(lse_host, d);
+  struct Arena {
+    DeviceTensor memory{HostTensor(DType::f32, {int64_t(16) << 20}), Device::cuda(0)};  // 64 MB
+    int calls = 0;
+  } arena;
+  flashattn_kvcache_params p;
+  flashattn_kvcache_params_init(&p);
+  p.q = to_c(q.view());
+  p.k_cache = to_c(k_cache.view());
+  p.v_cache = to_c(v_cache.view());
+  p.cache_seqlens = to_c(lens.view());
+  p.out = to_c(out.view());
+  p.softmax_lse = to_c(lse.view());
+  p.num_splits = c.num_splits;
+  p.options.backend = "cuda_decode";
+  p.workspace_alloc = [](size_t bytes, void* context) -> void* {
+    auto* a = static_cast<Arena*>(context);
+    ++a->calls;
+    return bytes <= (size_t(64) << 20) ? a->memory.view().data : nullptr;
+  };
+  p.workspace_alloc_context = &arena;
+  ASSERT_EQ(flashattn_forward_kvcache(&p, nullptr), FLASHATTN_OK) << flashattn_last_error();
+  device_synchronize(d);
+  EXPECT_EQ(arena.calls, 1);
+  const HostTensor got_out = out.download(), got_lse = lse.download();
+  EXPECT_TRUE(bitwise_equal(got_out, cpp.out));
+  EXPECT_TRUE(bitwise_equal(got_lse, cpp.lse));
 }
 
 TEST(CApi, Version) { EXPECT_STREQ(flashattn_version(), FLASHATTN_VERSION_STRING); }

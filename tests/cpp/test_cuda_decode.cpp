@@ -631,9 +631,7 @@ TEST(CudaDecode, CallerWorkspaceAllocator) {
     EXPECT_TRUE(allocator.requests.empty());
   }
   {
-    KVConfig app = cfg;
-    app.seqlen_new = 1;  // an append that must not happen
-    const KVInputs ain = make_kv_inputs(app, 82);
+    const KVInputs ain = make_kv_inputs(cfg, 82);  // with the token decode_config appends: it must not land
     DeviceCall call(ain);
     call.params.workspace_allocator = [](size_t) -> void* { return nullptr; };
     try {
@@ -647,7 +645,7 @@ TEST(CudaDecode, CallerWorkspaceAllocator) {
     const KVOutputs after = call.download();
     EXPECT_TRUE(same_bytes(after.k_cache, ain.k_cache));
     EXPECT_TRUE(same_bytes(after.v_cache, ain.v_cache));
-    HostTensor poisoned(app.dtype, ain.q.shape());
+    HostTensor poisoned(cfg.dtype, ain.q.shape());
     poisoned.poison();
     EXPECT_TRUE(same_bytes(after.out, poisoned));
   }
