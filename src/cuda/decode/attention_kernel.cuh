@@ -24,7 +24,6 @@
 #include "common/score.h"
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/ptx.h"
-#include "cuda/decode/combine_row.cuh"
 #include "cuda/decode/decode_tile.h"
 #include "cuda/decode/tile_loader.cuh"
 #include "cuda/decode/warp_attention.cuh"
