@@ -20,17 +20,16 @@ namespace flashattn::detail::cuda {
 
 class Workspace {
  public:
-  Workspace(size_t bytes, cudaStream_t stream) : stream_(stream) {
-    if (bytes) FA_CUDA_CHECK(cudaMallocAsync(&ptr_, bytes, stream));
-  }
-  // From `allocator` (with `context`) when it is not null, else as above. The memory is kAlignment-byte
-  // aligned either way (cudaMallocAsync's is; the caller's is aligned up within a slightly larger request).
-  Workspace(size_t bytes, cudaStream_t stream, void* (*allocator)(size_t, void*), void* context) : stream_(stream) {
+  // From `allocator` (with `context`) when it is not null, else from cudaMallocAsync. The memory is
+  // kAlignment-byte aligned either way (cudaMallocAsync's is; the caller's is aligned up within a slightly
+  // larger request).
+  Workspace(size_t bytes, cudaStream_t stream, void* (*allocator)(size_t, void*) = nullptr, void* context = nullptr)
+      : stream_(stream) {
+    if (!bytes) return;
     if (!allocator) {
-      if (bytes) FA_CUDA_CHECK(cudaMallocAsync(&ptr_, bytes, stream));
+      FA_CUDA_CHECK(cudaMallocAsync(&ptr_, bytes, stream));
       return;
     }
-    if (!bytes) return;
     void* p = allocator(bytes + kAlignment - 1, context);
     if (!p)
       throw Error(Status::out_of_memory, "flashattn: workspace_allocator: expected device memory of " +

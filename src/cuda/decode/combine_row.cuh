@@ -111,7 +111,7 @@ __device__ __forceinline__ void combine_split_row(const KVCacheProblem& p, const
     for (int s0 = 0; s0 < splits; s0 += kCombineLoadsInFlight) {
       if (d != 4 * lane || s0 != 0) load_batch(v, d, s0);  // the first batch is in flight already
 #pragma unroll
-      for (int k = 0; k < kCombineLoadsInFlight; ++k) {  // in split order: the same sums on both paths
+      for (int k = 0; k < kCombineLoadsInFlight; ++k) {  // in split order: the same sums on every call
         const int s = s0 + k;
         const float w = s < splits ? weights[s] : 0.0f;
         if (w == 0.0f) continue;  // a split without visible keys, or past the last one
