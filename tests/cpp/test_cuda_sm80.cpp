@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
 #include <set>
 #include <string>
 #include <utility>
@@ -551,6 +552,25 @@ TEST(CudaSm80, PersistentForwardWalksManyTilesPerCta) {
       c.seqlen_k = 0;
       expect_forward_matches(c, ++seed);
     }
+  }
+}
+
+// max_seqlen_q is only an upper bound of a varlen call's lengths, so it can ask for more query tiles than
+// the kernel's 32-bit tile loop (index + grid) handles: the backend refuses the call, naming the limit,
+// instead of wrapping to negative tiles.
+TEST(CudaSm80, RefusesMoreThan2To30QueryTiles) {
+  FA_SKIP_WITHOUT_GPU("cuda_sm80");
+  AttnConfig c;
+  c.dtype = DType::f16, c.heads = 96, c.heads_k = 96, c.head_dim = 128;
+  c.varlen_q = {1024}, c.varlen_k = {1024};
+  AttnInputs in = make_inputs(c, 600);
+  in.max_seqlen_q = std::numeric_limits<int32_t>::max() - 256;
+  try {
+    run_forward(in, kBackend, Device::cuda(0));
+    FAIL() << "cuda_sm80 accepted " << in.max_seqlen_q << " x 96 query rows";
+  } catch (const flashattn::Error& e) {
+    EXPECT_EQ(e.status(), flashattn::Status::unsupported) << e.what();
+    EXPECT_NE(std::string(e.what()).find("above 2^30"), std::string::npos) << e.what();
   }
 }
 

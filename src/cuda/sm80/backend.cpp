@@ -151,7 +151,14 @@ std::string supports_fwd(const FwdProblem& p) {
   const cuda::sm80::FwdTile tile =
       fwd_tile(head_dim_bucket(p.head_dim), cuda::sm80::needs_general_fwd(p), paired_fwd(p));
   if (std::string r = common_reason(p, tile.smem_bytes()); !r.empty()) return r;
-  return grid_reason(cuda::ceil_div(p.seqlen_q, tile.block_m) * p.heads * p.batch, "the forward");
+  // The kernel's tile loop (fwd_kernel.cuh) adds the grid size to an int tile index, and the grid can be
+  // as large as the tile list: at most 2^30 tiles keep that sum below 2^31. (Above it a varlen tile past
+  // its sequence wrapped to a negative index and read cu_seqlens[-1].)
+  constexpr int64_t kMaxFwdTiles = int64_t(1) << 30;
+  const int64_t tiles = cuda::ceil_div(p.seqlen_q, tile.block_m) * p.heads * p.batch;
+  if (tiles > kMaxFwdTiles)
+    return "the forward needs " + std::to_string(tiles) + " query tiles, above 2^30 (32-bit tile indices)";
+  return {};
 }
 
 std::string supports_bwd(const BwdProblem& p) {
@@ -167,7 +174,8 @@ std::string supports_bwd(const BwdProblem& p) {
   for (const std::string& r :
        {grid_reason(cuda::ceil_div(p.seqlen_k, tile.block_n) * p.heads_k * p.batch, "the backward"),
         grid_reason(cuda::ceil_div(p.seqlen_q, dq_tile(bucket).block_m) * p.heads * p.batch, "the dQ kernel"),
-        grid_reason(cuda::ceil_div(rows * (p.head_dim / 8), 256), "the dQ conversion")})
+        grid_reason(cuda::ceil_div(rows * (p.head_dim / 8), 256), "the dQ conversion"),
+        grid_reason(cuda::ceil_div(rows, 8), "the D reduction")})  // a warp per row, 8 per CTA (bwd_prepost.cuh)
     if (!r.empty()) return r;
   return {};
 }
