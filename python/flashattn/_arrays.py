@@ -94,6 +94,19 @@ def empty_like(x):
     return np.empty_like(x)
 
 
+def empty_contiguous(x):
+    """An uninitialised C-contiguous array with the shape, dtype and device of `x`, whatever x's strides: an
+    attention output, which flash-attn allocates as a fresh (batch, seqlen, heads, dim) tensor, so that
+    out.view(batch, seqlen, -1) works when q is a transposed view."""
+    if is_torch(x):
+        import torch
+
+        return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    import numpy as np
+
+    return np.empty(x.shape, dtype=x.dtype)
+
+
 def empty_float32(shape, like):
     """An uninitialised float32 array of `shape` in the framework and on the device of `like`."""
     if is_torch(like):

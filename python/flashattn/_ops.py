@@ -10,6 +10,7 @@ import numbers
 from . import _C
 from ._arrays import (
     draw_seed,
+    empty_contiguous,
     empty_float32,
     empty_like,
     last_dim_contiguous,
@@ -100,7 +101,7 @@ def forward(
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
     max_q, max_k = _varlen_bounds(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     seed, offset = resolve_rng_state(q, dropout_p, rng_state)
-    out = empty_like(q)
+    out = empty_contiguous(q)
     lse = empty_float32(lse_shape(q, varlen), like=q)
     _C.fwd(
         native(q),
@@ -214,7 +215,7 @@ def forward_kvcache(
     Returns (out, softmax_lse) with softmax_lse float32 (batch, heads, seqlen_q)."""
     q, k, v = (last_dim_contiguous(x) for x in (q, k, v))
     seqlens, seqlens_scalar = _cache_seqlens_args(cache_seqlens)
-    out = empty_like(q)
+    out = empty_contiguous(q)
     lse = empty_float32(lse_shape(q, varlen=False), like=q)
     _C.fwd_kvcache(
         native(q),
@@ -264,7 +265,7 @@ def query_backends(
     are validated as for the real call (ValueError when the call itself is wrong)."""
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
     max_q, max_k = _varlen_bounds(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
-    out = empty_like(q)
+    out = empty_contiguous(q)
     lse = empty_float32(lse_shape(q, varlen), like=q)
     common = dict(
         cu_seqlens_q=native(cu_seqlens_q),
@@ -307,7 +308,7 @@ def query_backends_kvcache(
 ):
     """query_backends for flash_attn_with_kvcache's arguments (nothing is computed or written)."""
     seqlens, seqlens_scalar = _cache_seqlens_args(cache_seqlens)
-    out = empty_like(q)
+    out = empty_contiguous(q)
     return _C.query_fwd_kvcache(
         native(q),
         native(k_cache),

@@ -124,7 +124,7 @@ def _fwd_fake(
     rng_state,
     deterministic,
 ):
-    return torch.empty_like(q), _empty_lse(q, cu_seqlens_q is not None)
+    return q.new_empty(q.shape), _empty_lse(q, cu_seqlens_q is not None)  # contiguous, as the real op's out
 
 
 def _bwd_body(
@@ -326,7 +326,7 @@ def _fwd_kvcache_fake(
     alibi_slopes,
     num_splits,
 ):
-    return torch.empty_like(q), _empty_lse(q, varlen=False)
+    return q.new_empty(q.shape), _empty_lse(q, varlen=False)  # contiguous, as the real op's out
 
 
 def attention(

@@ -621,7 +621,8 @@ def ring_flash_attn_func(
     sequence of `seqlen` positions sharded over the ranks of `group` (None: the default group).
 
     Collective: every rank of the group calls it with its shards (same batch, heads, head_dim, options).
-    layout: 'zigzag' (default) or 'contiguous', as produced by `shard`. seqlen: the global sequence
+    layout: 'zigzag' (default) or 'contiguous', as produced by `shard` (ring-flash-attention's function of
+    this name takes contiguous shards: pass layout='contiguous' for those). seqlen: the global sequence
     length; when None it is found with one small all_gather of the ranks' row counts (a host
     synchronisation on CUDA: pass seqlen in training loops). causal and window_size apply to global
     positions (flash-attn semantics for the whole sequence). GQA/MQA: Hk divides H. Returns out

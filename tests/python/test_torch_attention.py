@@ -225,6 +225,25 @@ def test_opcheck_custom_ops(device):
     torch.library.opcheck(torch.ops.flashattn.bwd.default, bwd_args)
 
 
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+def test_out_is_contiguous_for_transposed_inputs(device):
+    """flash-attn allocates out as a fresh (B, S, H, D) tensor: out.view(B, S, H * D) works on outputs of
+    (B, H, S, D) storage seen through transpose(1, 2), with and without gradients and compiled."""
+    require_device(device)
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    gen = torch.Generator().manual_seed(8)
+    q, k, v = (torch.randn(2, 4, 33, 32, generator=gen).to(device, dtype).transpose(1, 2) for _ in range(3))
+    require_support(flashattn.query_backends(q, k, v, causal=True))
+    eager = flashattn.flash_attn_func(q, k, v, causal=True)
+    assert eager.is_contiguous()
+    with_grad = flashattn.flash_attn_func(q.detach().requires_grad_(), k, v, causal=True)
+    assert with_grad.is_contiguous()
+    with_grad.view(2, 33, -1).sum().backward()
+    compiled = torch.compile(lambda q, k, v: flashattn.flash_attn_func(q, k, v, causal=True).view(2, 33, -1),
+                             fullgraph=True)
+    torch.testing.assert_close(compiled(q, k, v), eager.view(2, 33, -1))
+
+
 def test_compile_fullgraph_forward_and_backward():
     _cuda_or_skip()
     gen = torch.Generator().manual_seed(5)

@@ -95,14 +95,19 @@ def test_padded_batch_logits(name, padding_side, device, dtype):
 
 
 @pytest.mark.parametrize("device,dtype", DEVICE_DTYPES, ids=[f"{d}-{DTYPE_NAMES[t]}" for d, t in DEVICE_DTYPES])
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
 @pytest.mark.parametrize("name", MODELS)
-def test_generate_with_kv_cache(name, device, dtype):
+def test_generate_with_kv_cache(name, cache, device, dtype):
+    """Greedy generation from a left-padded batch. A static cache hands the attention keys for every slot of
+    the cache, filled or not, and a padding mask that covers only the filled ones."""
     require_device(device)
     require_backend(device, dtype)
     reference, ours = build_pair(name, device, dtype)
     ids, mask = padded_batch(device, "left")
     settings = dict(max_new_tokens=8, do_sample=False, output_scores=True, return_dict_in_generate=True,
                     pad_token_id=0)  # fmt: skip
+    if cache == "static":
+        settings["cache_implementation"] = "static"
     with torch.no_grad():
         ref = reference.generate(input_ids=ids, attention_mask=mask, **settings)
         got = ours.generate(input_ids=ids, attention_mask=mask, **settings)
@@ -146,6 +151,21 @@ def test_packed_sequences_from_position_ids(device, dtype):
     separate = torch.cat(pieces, dim=1)
     difference = ((packed - separate).abs().max() / separate.abs().max()).item()
     assert difference <= TOLERANCE[dtype], f"packed logits differ by {difference:.3g} (relative)"
+
+
+def test_mask_function_takes_the_arguments_of_every_supported_transformers():
+    """transformers calls the mask function by keyword: (batch_size, q_length, kv_length, q_offset, kv_offset,
+    ...) from 5.5 on, (batch_size, cache_position, kv_length, kv_offset, ...) in 4.53-5.4."""
+    mask = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]], dtype=torch.bool)
+    new = fa_transformers.padding_mask(batch_size=2, q_length=2, kv_length=3, q_offset=2, kv_offset=0,
+                                       mask_function=None, attention_mask=mask)  # fmt: skip
+    old = fa_transformers.padding_mask(batch_size=2, cache_position=torch.arange(2, 4), kv_length=3, kv_offset=0,
+                                       mask_function=None, attention_mask=mask)  # fmt: skip
+    assert torch.equal(new, mask[:, -3:]) and torch.equal(old, mask[:, -3:])
+    full = torch.ones(2, 4, dtype=torch.bool)
+    assert fa_transformers.padding_mask(batch_size=2, q_length=1, kv_length=4, attention_mask=full) is None
+    # A static cache's keys outnumber the mask: the mask is returned so that the attention drops the rest.
+    assert torch.equal(fa_transformers.padding_mask(batch_size=2, q_length=1, kv_length=8, attention_mask=full), full)
 
 
 def test_attention_function_rejects_a_4d_mask():

@@ -13,6 +13,8 @@ as transformers does for its flash-attention implementations. Needs transformers
 AttentionMaskInterface).
 """
 
+import os
+
 import torch
 
 from ..interface import flash_attn_func, flash_attn_varlen_func
@@ -21,14 +23,18 @@ from ._padding import pad, unpad
 NAME = "flashattn"
 
 
-def padding_mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0, mask_function=None,
-                 attention_mask=None, **kwargs):
+def padding_mask(batch_size, queries=None, kv_length=None, *args, attention_mask=None, **kwargs):
     """AttentionMaskInterface function: the 2D boolean padding mask of the last kv_length keys, or None
-    when no key is padded (then attention runs unpadded with the causal flag alone)."""
+    when no key is padded and the mask covers all kv_length keys (then attention runs unpadded with the
+    causal flag alone). A mask shorter than kv_length (a static cache, whose unfilled slots are keys too)
+    is always returned: the attention then drops the slots it does not cover.
+
+    transformers calls it by keyword; the second argument is q_length from 5.5 on and cache_position
+    before (4.53-5.4), and neither is needed here."""
     if attention_mask is None:
         return None
     mask = attention_mask[:, -kv_length:]
-    return None if bool(mask.all()) else mask
+    return None if mask.shape[1] == kv_length and bool(mask.all()) else mask
 
 
 def _window(sliding_window, causal):
@@ -80,12 +86,16 @@ def attention_forward(module, query, key, value, attention_mask, scaling=None, d
     causal = kwargs.get("is_causal")
     if causal is None:
         causal = getattr(module, "is_causal", True)
+    deterministic = kwargs.get("deterministic")
+    if deterministic is None:  # transformers' rule for its flash-attention backends
+        deterministic = os.environ.get("FLASH_ATTENTION_DETERMINISTIC", "0") == "1"
     options = dict(
         dropout_p=dropout if module.training else 0.0,
         softmax_scale=scaling,
         causal=bool(causal),
         window_size=_window(sliding_window, causal),
         softcap=softcap or 0.0,
+        deterministic=bool(deterministic),
     )
     q, k, v = (x.transpose(1, 2) for x in (query, key, value))  # (batch, seq, heads, dim) views
     batch, seq_q = q.shape[:2]
@@ -106,8 +116,9 @@ def attention_forward(module, query, key, value, attention_mask, scaling=None, d
     key_mask = _fit_mask(attention_mask, seq_k)
     k_rows, key_indices, cu_seqlens_k, max_k = unpad(k, key_mask)
     v_rows = v.reshape(-1, *v.shape[2:]).index_select(0, key_indices)
-    # Queries are the last seq_q positions of the keys (the new tokens).
-    q_rows, query_indices, cu_seqlens_q, max_q = unpad(q, key_mask[:, -seq_q:])
+    # Queries are the new tokens: the last seq_q positions the mask covers (not of the keys: a static
+    # cache's keys run past the mask into unfilled slots).
+    q_rows, query_indices, cu_seqlens_q, max_q = unpad(q, attention_mask.to(torch.bool)[:, -seq_q:])
     out_rows = flash_attn_varlen_func(q_rows, k_rows, v_rows, cu_seqlens_q, cu_seqlens_k, max_q, max_k, **options)
     return pad(out_rows, query_indices, batch, seq_q), None
 
