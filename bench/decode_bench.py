@@ -19,6 +19,7 @@ H200; --full (~1700 configurations, far longer) and the list flags select more. 
     python bench/decode_bench.py                       # default subset
     python bench/decode_bench.py --full --out decode.json
     python bench/decode_bench.py --dims 128 --batches 1 16 --contexts 4096 --sq 1 8 --pages 0 16
+    python bench/decode_bench.py --ragged --batches 16 64 --contexts 4096 32768 --pages 0 16
 """
 
 import argparse
@@ -63,6 +64,11 @@ def parse_args(argv=None):
                    help="every cuda_decode call also appends its Sq tokens' keys and values (k/v new, at positions "
                         "context - Sq .., cache_seqlens = context - Sq), as a serving step does; the new rows equal "
                         "the cache's last rows, so the cache and the output check stay the same (peers do not append)")
+    p.add_argument("--ragged", action="store_true",
+                   help="per-sequence cache lengths ramping over the batch: sequence i attends "
+                        "ceil(context * (i + 1) / batch) keys (a continuous-batching mix); bandwidth and the floor "
+                        "count the attended bytes; the peers, which take no per-sequence lengths, run padded to the "
+                        "full context")
     p.add_argument("--no-peers", action="store_true", help="time only cuda_decode")
     p.add_argument("--graph", action="store_true",
                    help="time every implementation as the replay of a CUDA graph of one call: the kernels "
@@ -90,6 +96,11 @@ def selected_configs(a):
 def kv_bytes(cfg):
     d, _, hk, b, s, _, _ = cfg
     return 2 * b * s * hk * d * 2
+
+
+def ragged_lengths(batch, context):
+    """The --ragged cache lengths: a ramp from context / batch to context (the last sequence is full)."""
+    return [-(-context * (i + 1) // batch) for i in range(batch)]
 
 
 # ---------------------------------------------------------------------------------------------- timing
@@ -202,11 +213,13 @@ class ReadFloor:
         except Exception:
             self.kernel = None
 
-    def read_fn(self, k, v):
+    def read_fn(self, k, v, elems=None):
+        """Reads the first `elems` elements (default all) of each of k and v."""
         torch, cupy = self.torch, self.cupy
-        kc = cupy.asarray(k.view(torch.int16))  # the same memory (cupy has no bfloat16)
-        vc = cupy.asarray(v.view(torch.int16))
-        n16 = cupy.uint64(k.numel() * 2 // 16)
+        elems = k.numel() if elems is None else elems
+        kc = cupy.asarray(k.reshape(-1)[:elems].view(torch.int16))  # the same memory (cupy has no bfloat16)
+        vc = cupy.asarray(v.reshape(-1)[:elems].view(torch.int16))
+        n16 = cupy.uint64(elems * 2 // 16)
 
         def run():
             # The stream current at call time: the graph capture runs on its own stream.
@@ -242,7 +255,13 @@ def run_config(torch, F, flashattn, timer, floor, cfg, args, peers_cache):
     k = torch.randn(b, s, hk, d, dtype=dt, device="cuda", generator=gen)
     v = torch.randn(b, s, hk, d, dtype=dt, device="cuda", generator=gen)
     q = torch.randn(b, sq, h, d, dtype=dt, device="cuda", generator=gen)
-    lens = torch.full((b,), s - sq if args.append else s, dtype=torch.int32, device="cuda")
+    if args.ragged:
+        lengths = ragged_lengths(b, s)
+        lens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
+        row["kv_bytes"] = 2 * sum(lengths) * hk * d * 2  # the bytes a decode kernel has to read
+        row["ragged"] = True
+    else:
+        lens = torch.full((b,), s - sq if args.append else s, dtype=torch.int32, device="cuda")
     new_kv = dict(k=k[:, s - sq:].clone(), v=v[:, s - sq:].clone()) if args.append else {}
     row["append"] = args.append
     causal = args.causal and sq > 1
@@ -275,7 +294,8 @@ def run_config(torch, F, flashattn, timer, floor, cfg, args, peers_cache):
     row["cuda_decode_tbps"] = row["kv_bytes"] / ms / 1e9
     if floor.kernel is not None:
         try:
-            read = floor.read_fn(k, v)
+            # Ragged: a read of the attended bytes (as many as the kernel reads, laid out contiguously).
+            read = floor.read_fn(k, v, row["kv_bytes"] // 4 if args.ragged else None)
             row["read_floor_ms"] = timer(graphed(torch, read) if args.graph else read, args.rep_ms)
             row["x_vs_floor"] = row["read_floor_ms"] / ms
         except Exception as e:
@@ -284,7 +304,8 @@ def run_config(torch, F, flashattn, timer, floor, cfg, args, peers_cache):
     # Peers on the contiguous layout through (B, H, S, D) views (no copies); their figures are shared by
     # the paged variants of a configuration.
     qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-    key = (d, h, hk, b, s, sq)
+    key = (d, h, hk, b, s, sq, args.ragged)
+    row["peers_padded"] = args.ragged
     if not args.no_peers:
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -303,8 +324,12 @@ def run_config(torch, F, flashattn, timer, floor, cfg, args, peers_cache):
     if not causal:
         # A sanity check of the output (not the test suite: tests/cpp/test_cuda_decode.cpp is).
         with torch.no_grad():
-            ref = F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True).transpose(1, 2)
-        row["max_abs_diff"] = (ours.float() - ref.float()).abs().max().item()
+            if args.ragged:
+                ref = torch.cat([F.scaled_dot_product_attention(qt[i:i + 1], kt[i:i + 1, :, :n], vt[i:i + 1, :, :n],
+                                                                enable_gqa=True) for i, n in enumerate(lengths)])
+            else:
+                ref = F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
+        row["max_abs_diff"] = (ours.float() - ref.transpose(1, 2).float()).abs().max().item()
     for name in ("cudnn", "flash"):
         if row.get(name + "_tbps"):
             row["x_vs_" + name] = row["cuda_decode_tbps"] / row[name + "_tbps"]
@@ -340,8 +365,9 @@ def print_table(rows, ceiling):
         if "skipped" in r:
             continue
         pg = str(r["page_size"]) if r["page_size"] else "contig"
+        ctx = f"{r['context']}{'r' if r.get('ragged') else ''}"  # r: ragged lengths up to this context
         floor_us = fmt(1e3 * r["read_floor_ms"], "8.1f") if "read_floor_ms" in r else "-"
-        print(f"{r['head_dim']:>4} {str(r['heads']) + '/' + str(r['heads_k']):>6} {r['batch']:>4} {r['context']:>7} "
+        print(f"{r['head_dim']:>4} {str(r['heads']) + '/' + str(r['heads_k']):>6} {r['batch']:>4} {ctx:>7} "
               f"{r['seqlen_q']:>3} {pg:>5} | {r['cuda_decode_tbps']:5.2f} {100 * r['cuda_decode_tbps'] / ceiling:5.1f}% "
               f"{fmt(r.get('cudnn_tbps'), '6.2f'):>6} {fmt(r.get('flash_tbps'), '6.2f'):>6} "
               f"{fmt(r.get('x_vs_cudnn'), '7.2f'):>7} {fmt(r.get('x_vs_flash'), '7.2f'):>7} | "
@@ -358,6 +384,9 @@ def main(argv=None):
         sys.exit("decode_bench: no CUDA device visible (this benchmark runs on the GPU machine)")
     import flashattn
 
+    if args.ragged and args.append:
+        sys.exit("decode_bench: --ragged and --append together are not supported (the appended rows sit at the "
+                 "full context)")
     configs = selected_configs(args)
     timer = Timer(torch)
     result = {"machine": machine_info(torch), "args": vars(args), "ceilings": read_ceilings(torch, timer), "rows": []}
