@@ -72,7 +72,7 @@ typedef struct flashattn_kvcache_params {
   void* workspace_alloc_context;
 } flashattn_kvcache_params;
 
-/* Fill a params struct with the defaults (everything absent, windows -1, no dropout). */
+/* Fill a params struct with the defaults (everything absent, windows -1, no dropout); a NULL p is ignored. */
 void flashattn_fwd_params_init(flashattn_fwd_params* p);
 void flashattn_bwd_params_init(flashattn_bwd_params* p);
 void flashattn_kvcache_params_init(flashattn_kvcache_params* p);

@@ -103,16 +103,19 @@ void init_options(flashattn_options* o) {
 extern "C" {
 
 void flashattn_fwd_params_init(flashattn_fwd_params* p) {
+  if (!p) return;  // nothing to initialise (documented in flashattn_c.h)
   std::memset(p, 0, sizeof(*p));
   init_options(&p->options);
 }
 
 void flashattn_bwd_params_init(flashattn_bwd_params* p) {
+  if (!p) return;  // nothing to initialise (documented in flashattn_c.h)
   std::memset(p, 0, sizeof(*p));
   flashattn_fwd_params_init(&p->fwd);
 }
 
 void flashattn_kvcache_params_init(flashattn_kvcache_params* p) {
+  if (!p) return;  // nothing to initialise (documented in flashattn_c.h)
   std::memset(p, 0, sizeof(*p));
   init_options(&p->options);
   p->cache_seqlens_scalar = -1;

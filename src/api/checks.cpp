@@ -1,5 +1,6 @@
 #include "api/checks.h"
 
+#include <algorithm>
 #include <sstream>
 
 namespace flashattn::detail {
@@ -20,7 +21,10 @@ std::string dims_string(std::initializer_list<int64_t> dims) {
 std::string shape_string(const Tensor& t) {
   std::ostringstream s;
   s << '[';
-  for (int i = 0; i < t.ndim; ++i) s << (i ? ", " : "") << t.shape[i];
+  // A corrupt ndim (a C++ caller's Tensor is not checked before its message is built) prints no more
+  // sizes than the Tensor holds.
+  const int dims = std::clamp(t.ndim, 0, Tensor::kMaxDims);
+  for (int i = 0; i < dims; ++i) s << (i ? ", " : "") << t.shape[i];
   s << ']';
   return s.str();
 }
@@ -60,6 +64,9 @@ int64_t element_count(const Tensor& t) {
 
 void ArgChecker::tensor(const Tensor& t, const char* name, int rank, const char* dims) const {
   if (!t.present()) fail(name, std::string("a tensor ") + dims, "none");
+  if (t.ndim > Tensor::kMaxDims)
+    fail(name, std::to_string(rank) + " dims " + dims,
+         "ndim " + std::to_string(t.ndim) + " (at most " + std::to_string(Tensor::kMaxDims) + ")");
   if (t.ndim != rank)
     fail(name, std::to_string(rank) + " dims " + dims, std::to_string(t.ndim) + " dims " + shape_string(t));
   for (int i = 0; i < t.ndim; ++i) {

@@ -47,7 +47,7 @@ std::string device_name(Device d) {
 int64_t Tensor::numel() const {
   if (ndim == 0) return 0;
   int64_t n = 1;
-  for (int i = 0; i < ndim; ++i) n *= shape[i];
+  for (int i = 0; i < ndim && i < kMaxDims; ++i) n *= shape[i];
   return n;
 }
 

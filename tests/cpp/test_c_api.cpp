@@ -75,6 +75,10 @@ TEST(CApi, NullParams) {
   EXPECT_NE(std::string(flashattn_last_error()).find("expected a params pointer, got NULL"), std::string::npos);
   EXPECT_EQ(flashattn_backward(nullptr, nullptr), FLASHATTN_INVALID_ARGUMENT);
   EXPECT_EQ(flashattn_forward_kvcache(nullptr, nullptr), FLASHATTN_INVALID_ARGUMENT);
+  // The initialisers ignore NULL (they wrote through it before).
+  flashattn_fwd_params_init(nullptr);
+  flashattn_bwd_params_init(nullptr);
+  flashattn_kvcache_params_init(nullptr);
 }
 
 // A caller's workspace_alloc reaches the GPU kernels: asked once for a split decode call (with its

@@ -66,6 +66,20 @@ TEST(ValidationHardening, ElementCountBeyondInt64IsRejected) {
   EXPECT_TRUE(c.untouched());
 }
 
+TEST(ValidationHardening, MoreDimsThanATensorHoldsAreRejectedWithoutReadingPastThem) {
+  // Tensor::ndim is a plain field of a C++ caller's struct: the message used to print ndim sizes from the
+  // 4-element shape array (reading the strides after it, and past the struct for large ndim).
+  DenseCall c;
+  c.p.q.ndim = 100000;
+  expect_invalid([&] { flashattn::forward(c.p); }, "q", "4 dims");
+  try {
+    flashattn::forward(c.p);
+  } catch (const flashattn::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ndim 100000 (at most 4)"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(c.untouched());
+}
+
 TEST(ValidationHardening, OutputsWithSharedAddressesAreRejected) {
   DenseCall c;
   c.p.out.stride[1] = 0;  // every query row of a batch entry written to the same place

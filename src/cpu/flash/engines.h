@@ -3,6 +3,7 @@
 // The forward attention engines of cpu_flash and the scheduler that spreads them over the threads.
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "cpu/flash/attn_job.h"
@@ -32,7 +33,10 @@ void attend_decode(const AttnCall& c, const AttnSeq* seqs, int64_t heads, int64_
 void finish_decode(const AttnCall& c, const AttnSeq& s, const DecodePartial* parts, int64_t n, float* scratch);
 
 // Runs every (sequence, kv head) of a call, tiled or decode, in parallel over (sequence, kv head, q tile)
-// or (sequence, group of kv heads, key split).
-void attend_all(const AttnCall& c, const std::vector<AttnSeq>& seqs);
+// or (sequence, group of kv heads, key split). `before_writes`, when set, runs once after every buffer of
+// the call is allocated and before any output is written: forward_kvcache appends its new tokens there,
+// so that an allocation failure leaves the cache as it was.
+void attend_all(const AttnCall& c, const std::vector<AttnSeq>& seqs,
+                const std::function<void()>& before_writes = nullptr);
 
 }  // namespace flashattn::detail::cpu_flash

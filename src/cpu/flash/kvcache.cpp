@@ -97,14 +97,16 @@ AttnSeq cache_job(const KVCacheProblem& p, int64_t b, int64_t hk) {
 }  // namespace
 
 void forward_kvcache(const KVCacheProblem& p, Stream) {
-  if (p.seqlen_new > 0) append_new_tokens(p);
   AttnCall c = make_call(p.dtype, p.heads, p.heads_k, p.head_dim, p.score, DropoutParams{});
   c.rotary = p.rotary.cos ? &p.rotary : nullptr;
   std::vector<AttnSeq> seqs;
   seqs.reserve(size_t(p.batch * p.heads_k));
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t hk = 0; hk < p.heads_k; ++hk) seqs.push_back(cache_job(p, b, hk));
-  attend_all(c, seqs);
+  // The append runs once the call's buffers exist: an out-of-memory error leaves the cache untouched.
+  attend_all(c, seqs, [&] {
+    if (p.seqlen_new > 0) append_new_tokens(p);
+  });
 }
 
 }  // namespace flashattn::detail::cpu_flash

@@ -60,7 +60,7 @@ struct SplitGroup {
 
 }  // namespace
 
-void attend_all(const AttnCall& c, const std::vector<AttnSeq>& seqs) {
+void attend_all(const AttnCall& c, const std::vector<AttnSeq>& seqs, const std::function<void()>& before_writes) {
   const int64_t threads = omp_get_max_threads();
   const TileShape shape = choose_tiles(c, seqs, threads);
   const int64_t Dp = strips_of(c.head_dim) * kLanes;
@@ -122,7 +122,10 @@ void attend_all(const AttnCall& c, const std::vector<AttnSeq>& seqs) {
     }
     if (n > 1) parts += n * g.heads;
   }
-  if (items.empty()) return;
+  if (items.empty()) {
+    if (before_writes) before_writes();
+    return;
+  }
   std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.cost > b.cost; });
 
   // Not zeroed: attend_decode writes every row's (m, l, acc) of its partials.
@@ -138,6 +141,7 @@ void attend_all(const AttnCall& c, const std::vector<AttnSeq>& seqs) {
   // which thread that is); that saves a second parallel region, which costs more than small calls take.
   std::vector<std::atomic<int64_t>> finished(splits.size());
   for (auto& f : finished) f.store(0, std::memory_order_relaxed);
+  if (before_writes) before_writes();
 
   // No more threads than items: waking idle threads costs more than small calls take.
   const int item_threads = int(std::min<int64_t>(threads, int64_t(items.size())));

@@ -1,6 +1,7 @@
 #include "common/philox.h"
 #include "cpu/reference/gather.h"
 #include "cpu/reference/head_math.h"
+#include "cpu/reference/parallel_pairs.h"
 #include "cpu/reference/reference.h"
 
 namespace flashattn::detail::reference {
@@ -20,24 +21,21 @@ ScoreMod<double> make_mod(const ScoreParams& s, int64_t b, int64_t h) {
 
 void forward(const FwdProblem& p, Stream) {
   const int64_t group = p.group_size();
-#pragma omp parallel for collapse(2) schedule(dynamic)
-  for (int64_t b = 0; b < p.batch; ++b) {
-    for (int64_t h = 0; h < p.heads; ++h) {
-      const SeqRange r = seq_range(p, b);
-      HeadInputs in;
-      in.sq = r.sq;
-      in.sk = r.sk;
-      in.dim = p.head_dim;
-      gather_rows(p.q, p.dtype, b, r.q_start, r.sq, h, p.head_dim, in.q);
-      gather_rows(p.k, p.dtype, b, r.k_start, r.sk, h / group, p.head_dim, in.k);
-      gather_rows(p.v, p.dtype, b, r.k_start, r.sk, h / group, p.head_dim, in.v);
-      std::vector<double> out, lse;
-      attend(in, make_mask(p.score, r.sq, r.sk), make_mod(p.score, b, h), make_dropout(p.dropout, b, h, p.heads), out,
-             lse);
-      scatter_rows(p.out, p.dtype, b, r.q_start, r.sq, h, p.head_dim, out);
-      store_lse(p.lse, b, r.q_start, h, lse);
-    }
-  }
+  parallel_pairs(p.batch, p.heads, [&](int64_t b, int64_t h) {
+    const SeqRange r = seq_range(p, b);
+    HeadInputs in;
+    in.sq = r.sq;
+    in.sk = r.sk;
+    in.dim = p.head_dim;
+    gather_rows(p.q, p.dtype, b, r.q_start, r.sq, h, p.head_dim, in.q);
+    gather_rows(p.k, p.dtype, b, r.k_start, r.sk, h / group, p.head_dim, in.k);
+    gather_rows(p.v, p.dtype, b, r.k_start, r.sk, h / group, p.head_dim, in.v);
+    std::vector<double> out, lse;
+    attend(in, make_mask(p.score, r.sq, r.sk), make_mod(p.score, b, h), make_dropout(p.dropout, b, h, p.heads), out,
+           lse);
+    scatter_rows(p.out, p.dtype, b, r.q_start, r.sq, h, p.head_dim, out);
+    store_lse(p.lse, b, r.q_start, h, lse);
+  });
 }
 
 }  // namespace flashattn::detail::reference

@@ -5,6 +5,7 @@
 #include "cpu/common/elem.h"
 #include "cpu/reference/gather.h"
 #include "cpu/reference/head_math.h"
+#include "cpu/reference/parallel_pairs.h"
 #include "cpu/reference/reference.h"
 
 namespace flashattn::detail::reference {
@@ -26,25 +27,22 @@ void rotate(const RotaryParams& r, DType dt, int64_t pos, double* x) {
 
 void append_new_tokens(const KVCacheProblem& p) {
   const int64_t D = p.head_dim;
-#pragma omp parallel for collapse(2)
-  for (int64_t b = 0; b < p.batch; ++b) {
-    for (int64_t hk = 0; hk < p.heads_k; ++hk) {
-      const CacheSeq s = cache_seq(p, b);
-      std::vector<double> k, v;
-      gather_rows(p.k_new, p.dtype, b, 0, p.seqlen_new, hk, D, k);
-      gather_rows(p.v_new, p.dtype, b, 0, p.seqlen_new, hk, D, v);
-      for (int64_t t = 0; t < p.seqlen_new; ++t) {
-        const int64_t pos = s.seqlen_before + t;
-        if (p.rotary.cos) rotate(p.rotary, p.dtype, pos, &k[t * D]);
-        const int64_t ko = cache_offset(p.cache, s, b, pos, hk, false);
-        const int64_t vo = cache_offset(p.cache, s, b, pos, hk, true);
-        for (int64_t d = 0; d < D; ++d) {
-          store_float(p.cache.k, ko + d, p.dtype, float(k[t * D + d]));
-          store_float(p.cache.v, vo + d, p.dtype, float(v[t * D + d]));
-        }
+  parallel_pairs(p.batch, p.heads_k, [&](int64_t b, int64_t hk) {
+    const CacheSeq s = cache_seq(p, b);
+    std::vector<double> k, v;
+    gather_rows(p.k_new, p.dtype, b, 0, p.seqlen_new, hk, D, k);
+    gather_rows(p.v_new, p.dtype, b, 0, p.seqlen_new, hk, D, v);
+    for (int64_t t = 0; t < p.seqlen_new; ++t) {
+      const int64_t pos = s.seqlen_before + t;
+      if (p.rotary.cos) rotate(p.rotary, p.dtype, pos, &k[t * D]);
+      const int64_t ko = cache_offset(p.cache, s, b, pos, hk, false);
+      const int64_t vo = cache_offset(p.cache, s, b, pos, hk, true);
+      for (int64_t d = 0; d < D; ++d) {
+        store_float(p.cache.k, ko + d, p.dtype, float(k[t * D + d]));
+        store_float(p.cache.v, vo + d, p.dtype, float(v[t * D + d]));
       }
     }
-  }
+  });
 }
 
 }  // namespace
@@ -52,34 +50,31 @@ void append_new_tokens(const KVCacheProblem& p) {
 void forward_kvcache(const KVCacheProblem& p, Stream) {
   if (p.seqlen_new > 0) append_new_tokens(p);
   const int64_t D = p.head_dim, group = p.group_size();
-#pragma omp parallel for collapse(2) schedule(dynamic)
-  for (int64_t b = 0; b < p.batch; ++b) {
-    for (int64_t h = 0; h < p.heads; ++h) {
-      const CacheSeq s = cache_seq(p, b);
-      HeadInputs in;
-      in.sq = p.seqlen_q;
-      in.sk = s.seqlen_k;
-      in.dim = D;
-      gather_rows(p.q, p.dtype, b, 0, p.seqlen_q, h, D, in.q);
-      if (p.rotary.cos)
-        for (int64_t i = 0; i < in.sq; ++i) rotate(p.rotary, p.dtype, rotary_q_position(p, s, i), &in.q[i * D]);
-      in.k.resize(size_t(in.sk * D));
-      in.v.resize(size_t(in.sk * D));
-      for (int64_t j = 0; j < in.sk; ++j) {
-        const int64_t pos = s.leftpad + j;
-        const int64_t ko = cache_offset(p.cache, s, b, pos, h / group, false);
-        const int64_t vo = cache_offset(p.cache, s, b, pos, h / group, true);
-        for (int64_t d = 0; d < D; ++d) {
-          in.k[j * D + d] = load_float(p.cache.k, ko + d, p.dtype);
-          in.v[j * D + d] = load_float(p.cache.v, vo + d, p.dtype);
-        }
+  parallel_pairs(p.batch, p.heads, [&](int64_t b, int64_t h) {
+    const CacheSeq s = cache_seq(p, b);
+    HeadInputs in;
+    in.sq = p.seqlen_q;
+    in.sk = s.seqlen_k;
+    in.dim = D;
+    gather_rows(p.q, p.dtype, b, 0, p.seqlen_q, h, D, in.q);
+    if (p.rotary.cos)
+      for (int64_t i = 0; i < in.sq; ++i) rotate(p.rotary, p.dtype, rotary_q_position(p, s, i), &in.q[i * D]);
+    in.k.resize(size_t(in.sk * D));
+    in.v.resize(size_t(in.sk * D));
+    for (int64_t j = 0; j < in.sk; ++j) {
+      const int64_t pos = s.leftpad + j;
+      const int64_t ko = cache_offset(p.cache, s, b, pos, h / group, false);
+      const int64_t vo = cache_offset(p.cache, s, b, pos, h / group, true);
+      for (int64_t d = 0; d < D; ++d) {
+        in.k[j * D + d] = load_float(p.cache.k, ko + d, p.dtype);
+        in.v[j * D + d] = load_float(p.cache.v, vo + d, p.dtype);
       }
-      std::vector<double> out, lse;
-      attend(in, make_mask(p.score, in.sq, in.sk), make_mod(p.score, b, h), DropoutMask{}, out, lse);
-      scatter_rows(p.out, p.dtype, b, 0, p.seqlen_q, h, D, out);
-      store_lse(p.lse, b, 0, h, lse);
     }
-  }
+    std::vector<double> out, lse;
+    attend(in, make_mask(p.score, in.sq, in.sk), make_mod(p.score, b, h), DropoutMask{}, out, lse);
+    scatter_rows(p.out, p.dtype, b, 0, p.seqlen_q, h, D, out);
+    store_lse(p.lse, b, 0, h, lse);
+  });
 }
 
 }  // namespace flashattn::detail::reference
