@@ -500,8 +500,10 @@ def _check_call(fn, q, k, v, varlen, dropout_p, alibi_slopes, window_size):
 def _check_backends(fn, q, k, v, cu_local, options, backward):
     """The local call as flashattn sees it must be supported (validated exactly as a plain call would be);
     for the backward, by a backend whose backward reads the out and softmax_lse it is given. Nothing is
-    computed, so q, k and v stand in for the outputs (validation reads shapes only): no q-sized scratch."""
+    computed; the outputs are uninitialised stand-ins of their own (validation rejects outputs that share
+    memory with the inputs, as it would in the real call), freed on return and reused from torch's cache."""
     q, k, v = (native(x.detach()) for x in (q, k, v))
+    out = torch.empty_like(q)
     varlen = cu_local is not None
     lse = torch.empty(_ops.lse_shape(q, varlen), dtype=torch.float32, device=q.device)
     kwargs = dict(dropout_p=0.0, **_ops._options(alibi_slopes=None, backend=None, **options))
@@ -512,9 +514,10 @@ def _check_backends(fn, q, k, v, cu_local, options, backward):
     else:
         kwargs.update(cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0)
     if backward:
-        answers = _C.query_bwd(q, q, k, v, q, lse, q, k, v, deterministic=False, **kwargs)
+        dk, dv = torch.empty_like(k), torch.empty_like(v)
+        answers = _C.query_bwd(q, q, k, v, q, lse, out, dk, dv, deterministic=False, **kwargs)
     else:
-        answers = _C.query_fwd(q, k, v, q, lse, **kwargs)
+        answers = _C.query_fwd(q, k, v, out, lse, **kwargs)
     direction = "backward" if backward else "forward"
     chosen = [a for a in answers if a["chosen"]]
     if not chosen:

@@ -1,6 +1,7 @@
 #include "api/checks.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <sstream>
 
 namespace flashattn::detail {
@@ -126,6 +127,68 @@ void ArgChecker::contiguous(const Tensor& t, const char* name) const {
            "stride " + std::to_string(t.stride[i]) + " in dim " + std::to_string(i) + " of shape " + shape_string(t));
     expect *= t.shape[i];
   }
+}
+
+namespace {
+
+bool empty_view(const Tensor& t) {
+  if (!t.present()) return true;
+  for (int i = 0; i < t.ndim; ++i)
+    if (t.shape[i] == 0) return true;
+  return false;
+}
+
+// [first byte, one past the last byte) of a non-empty view; tensor() has bounded every offset by int64.
+std::pair<uintptr_t, uintptr_t> byte_range(const Tensor& t) {
+  int64_t last = 0;
+  for (int i = 0; i < t.ndim; ++i) last += (t.shape[i] - 1) * t.stride[i];
+  const auto first = reinterpret_cast<uintptr_t>(t.data);
+  const auto elem = uintptr_t(dtype_size(t.dtype));
+  return {first, first + uintptr_t(last) * elem + elem};
+}
+
+// Every byte of the range belongs to an element: the dims of size > 1, by increasing stride, step by
+// exactly the span inside them.
+bool fills_range(const Tensor& t) {
+  int dims[Tensor::kMaxDims];
+  int n = 0;
+  for (int i = 0; i < t.ndim; ++i) {
+    if (t.shape[i] <= 1) continue;
+    int k = n++;
+    for (; k > 0 && t.stride[dims[k - 1]] > t.stride[i]; --k) dims[k] = dims[k - 1];
+    dims[k] = i;
+  }
+  int64_t span = 1;
+  for (int k = 0; k < n; ++k) {
+    if (t.stride[dims[k]] != span) return false;
+    span *= t.shape[dims[k]];
+  }
+  return true;
+}
+
+bool same_view(const Tensor& a, const Tensor& b) {
+  if (a.data != b.data || a.ndim != b.ndim || a.dtype != b.dtype) return false;
+  for (int i = 0; i < a.ndim; ++i)
+    if (a.shape[i] != b.shape[i] || a.stride[i] != b.stride[i]) return false;
+  return true;
+}
+
+}  // namespace
+
+bool may_share_memory(const Tensor& a, const Tensor& b) {
+  if (empty_view(a) || empty_view(b) || !(a.device == b.device)) return false;
+  const auto [a0, a1] = byte_range(a);
+  const auto [b0, b1] = byte_range(b);
+  if (a1 <= b0 || b1 <= a0) return false;
+  return fills_range(a) || fills_range(b) || same_view(a, b);
+}
+
+void ArgChecker::no_shared_memory(const Tensor& written, const char* name,
+                                  std::initializer_list<std::pair<const Tensor&, const char*>> others) const {
+  for (const auto& [other, other_name] : others)
+    if (may_share_memory(written, other))
+      fail(name, std::string("memory that no other argument uses (the call writes it)"),
+           std::string("memory shared with ") + other_name);
 }
 
 void ArgChecker::no_self_overlap(const Tensor& t, const char* name) const {

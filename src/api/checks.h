@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <utility>
 
 #include "flashattn/error.h"
 #include "flashattn/tensor.h"
@@ -32,12 +33,23 @@ class ArgChecker {
   // For tensors the call writes (from many threads at once): no two elements share an address. Checked
   // as: sorted by stride, each dim of size > 1 steps past the whole span of the dims inside it.
   void no_self_overlap(const Tensor& t, const char* name) const;
+  // For a tensor the call writes: it shares no address with any of `others` (absent ones are skipped).
+  // Decided by may_share_memory (below).
+  void no_shared_memory(const Tensor& written, const char* name,
+                        std::initializer_list<std::pair<const Tensor&, const char*>> others) const;
 
   const char* function() const { return function_; }
 
  private:
   const char* function_;
 };
+
+// Whether a and b may share an address, where that is cheap to decide: byte ranges that do not intersect
+// do not; intersecting ranges do when either tensor fills its range (its dims, sorted by stride, are
+// row-major without gaps) or both are the same view. Two views with gaps whose ranges interleave (k =
+// kv[:, 0] and v = kv[:, 1] of one buffer, as serving engines store caches; dq/dk/dv in one packed dqkv)
+// are taken as disjoint: deciding every strided pair exactly is the general integer problem.
+bool may_share_memory(const Tensor& a, const Tensor& b);
 
 std::string shape_string(const Tensor& t);  // "[2, 128, 8, 64]"
 std::string dims_string(std::initializer_list<int64_t> dims);

@@ -154,9 +154,13 @@ FwdProblem make_fwd_problem(const FwdParams& p) {
   FwdProblem pr = make_fwd_core(c, p);
   check_out_like_q(c, p.out, "out", p.q);
   c.no_self_overlap(p.out, "out");
+  c.no_shared_memory(p.out, "out", {{p.q, "q"}, {p.k, "k"}, {p.v, "v"}});
   pr.out = rows_view(p.out);
   pr.lse = lse_view(c, p.softmax_lse, pr, /*required=*/false);
-  if (pr.lse.ptr) c.no_self_overlap(p.softmax_lse, "softmax_lse");
+  if (pr.lse.ptr) {  // compared once its own checks bound its offsets
+    c.no_self_overlap(p.softmax_lse, "softmax_lse");
+    c.no_shared_memory(p.softmax_lse, "softmax_lse", {{p.q, "q"}, {p.k, "k"}, {p.v, "v"}, {p.out, "out"}});
+  }
   return pr;
 }
 

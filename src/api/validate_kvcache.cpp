@@ -195,6 +195,10 @@ KVCacheProblem make_kvcache_problem(const KVCacheParams& p) {
     check_like(c, p.v_new, "v_new", p.k_new, "k_new");
     c.no_self_overlap(p.k_cache, "k_cache");
     c.no_self_overlap(p.v_cache, "v_cache");
+    // The append writes the caches while q and the new rows are read.
+    c.no_shared_memory(p.k_cache, "k_cache",
+                       {{p.v_cache, "v_cache"}, {p.q, "q"}, {p.k_new, "k_new"}, {p.v_new, "v_new"}});
+    c.no_shared_memory(p.v_cache, "v_cache", {{p.q, "q"}, {p.k_new, "k_new"}, {p.v_new, "v_new"}});
     pr.k_new = rows_view(p.k_new);
     pr.v_new = rows_view(p.v_new);
   }
@@ -248,6 +252,9 @@ KVCacheProblem make_kvcache_problem(const KVCacheParams& p) {
 
   check_out_like_q(c, p.out, "out", p.q);
   c.no_self_overlap(p.out, "out");
+  c.no_shared_memory(
+      p.out, "out",
+      {{p.q, "q"}, {p.k_cache, "k_cache"}, {p.v_cache, "v_cache"}, {p.k_new, "k_new"}, {p.v_new, "v_new"}});
   pr.q = rows_view(p.q);
   pr.out = rows_view(p.out);
   if (p.softmax_lse.present()) {
@@ -256,6 +263,13 @@ KVCacheProblem make_kvcache_problem(const KVCacheParams& p) {
     c.dtype(p.softmax_lse, "softmax_lse", DType::f32);
     c.device(p.softmax_lse, "softmax_lse", pr.device, "q");
     c.no_self_overlap(p.softmax_lse, "softmax_lse");
+    c.no_shared_memory(p.softmax_lse, "softmax_lse",
+                       {{p.q, "q"},
+                        {p.k_cache, "k_cache"},
+                        {p.v_cache, "v_cache"},
+                        {p.k_new, "k_new"},
+                        {p.v_new, "v_new"},
+                        {p.out, "out"}});
     pr.lse =
         LseView{static_cast<float*>(p.softmax_lse.data), view_stride(p.softmax_lse, 0), view_stride(p.softmax_lse, 1)};
   }

@@ -161,6 +161,87 @@ struct CacheCall {
   }
 };
 
+// An output sharing memory with another argument gave wrong results without an error (out = k on
+// cpu_flash, dk = dv in the backward, one tensor as both caches of an append).
+TEST(ValidationHardening, OutputsSharingMemoryWithOtherArgumentsAreRejected) {
+  const std::string shared = "memory that no other argument uses (the call writes it), got memory shared with ";
+  DenseCall c;
+  c.p.out = c.p.q;
+  expect_invalid([&] { flashattn::forward(c.p); }, "out", shared + "q");
+  DenseCall l;  // the LSE inside out's memory
+  l.p.softmax_lse = Tensor::strided(l.out.data(), DType::f32, {2, 4, 5}, {20, 5, 1});
+  expect_invalid([&] { flashattn::forward(l.p); }, "softmax_lse", shared + "out");
+  DenseCall b;
+  b.p.dv = b.p.dk;
+  expect_invalid([&] { flashattn::backward(b.p); }, "dk", shared + "dv");
+  DenseCall g;
+  g.p.dq = g.p.dout;
+  expect_invalid([&] { flashattn::backward(g.p); }, "dq", shared + "dout");
+  EXPECT_TRUE(c.untouched() && b.untouched() && g.untouched());
+  EXPECT_TRUE(all_nan(l.lse));
+
+  CacheCall k(/*paged=*/false);
+  const KVInputs before = k.in;
+  k.p.v_cache = k.p.k_cache;
+  expect_invalid([&] { flashattn::forward_kvcache(k.p); }, "k_cache", shared + "v_cache");
+  EXPECT_EQ(std::memcmp(k.in.k_cache.data(), before.k_cache.data(), k.in.k_cache.nbytes()), 0);
+  EXPECT_TRUE(all_nan(k.out));
+  k.p.k_new = k.p.v_new = Tensor();  // K = V read-only: a strange call, but nothing is written to them
+  EXPECT_NO_THROW(flashattn::forward_kvcache(k.p));
+}
+
+// Layouts whose ranges interleave without sharing an element stay valid: K and V caches as the two halves
+// of dim 2 of one buffer (kv (batch, capacity, 2, heads_k, head_dim)), appended in place, give the result
+// of separate caches; dq written into one half of a buffer whose other half is dout gives the plain dq.
+TEST(ValidationHardening, InterleavedViewsOfOneBufferAreNotAnOverlap) {
+  const KVConfig cfg = cache_config(/*paged=*/false);
+  CacheCall separate(cfg);
+  flashattn::forward_kvcache(separate.p);
+  CacheCall packed(cfg);
+  const int64_t B = cfg.batch, S = cfg.capacity, Hk = cfg.heads_k, D = cfg.head_dim;
+  HostTensor kv(cfg.dtype, {B, S, 2, Hk, D});
+  for (int64_t i = 0; i < B * S * Hk; ++i)
+    for (int64_t d = 0; d < D; ++d) {
+      const int64_t row = i / Hk, h = i % Hk;
+      kv.set(((row * 2 + 0) * Hk + h) * D + d, packed.in.k_cache.get(i * D + d));
+      kv.set(((row * 2 + 1) * Hk + h) * D + d, packed.in.v_cache.get(i * D + d));
+    }
+  auto* base = static_cast<float*>(kv.data());
+  auto half = [&](float* first) {
+    return Tensor::strided(first, cfg.dtype, {B, S, Hk, D}, {S * 2 * Hk * D, 2 * Hk * D, D, 1});
+  };
+  packed.p.k_cache = half(base);
+  packed.p.v_cache = half(base + Hk * D);
+  ASSERT_NO_THROW(flashattn::forward_kvcache(packed.p));
+  EXPECT_TRUE(bitwise_equal(packed.out, separate.out));
+  for (int64_t i = 0; i < B * S * Hk; ++i)
+    for (int64_t d = 0; d < D; ++d) {
+      const int64_t row = i / Hk, h = i % Hk;
+      ASSERT_EQ(kv.get(((row * 2 + 0) * Hk + h) * D + d), separate.in.k_cache.get(i * D + d)) << i;
+      ASSERT_EQ(kv.get(((row * 2 + 1) * Hk + h) * D + d), separate.in.v_cache.get(i * D + d)) << i;
+    }
+
+  DenseCall grads;
+  flashattn::forward(grads.p);
+  flashattn::backward(grads.p);
+  DenseCall packed_grads;  // dq written into one half of a buffer whose other half holds dout
+  const DType dt = grads.in.cfg.dtype;
+  HostTensor dqq(dt, {2, 5, 2, 4, 16});  // (batch, seqlen_q, {dq, dout}, heads, head_dim)
+  auto* dbase = static_cast<char*>(dqq.data());
+  auto grad_half = [&](char* first) {
+    return Tensor::strided(first, dt, {2, 5, 4, 16}, {5 * 2 * 4 * 16, 2 * 4 * 16, 16, 1});
+  };
+  packed_grads.p.dq = grad_half(dbase);
+  packed_grads.p.dout = grad_half(dbase + 4 * 16 * flashattn::dtype_size(dt));
+  for (int64_t i = 0; i < 2 * 5 * 4; ++i)
+    for (int64_t d = 0; d < 16; ++d) dqq.set(((i / 4 * 2 + 1) * 4 + i % 4) * 16 + d, grads.in.dout.get(i * 16 + d));
+  flashattn::forward(packed_grads.p);
+  ASSERT_NO_THROW(flashattn::backward(packed_grads.p));
+  for (int64_t i = 0; i < 2 * 5 * 4; ++i)
+    for (int64_t d = 0; d < 16; ++d)
+      ASSERT_EQ(dqq.get(((i / 4 * 2 + 0) * 4 + i % 4) * 16 + d), grads.dq.get(i * 16 + d)) << i;
+}
+
 TEST(ValidationHardening, AppendingTwoSequencesIntoOneCacheRowIsRejected) {
   CacheCall c(/*paged=*/false, /*batch_idx=*/true);
   c.in.cache_batch_idx.i32()[1] = c.in.cache_batch_idx.i32()[0];
