@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <sstream>
 
+#include "flashattn/api.h"
+
 namespace flashattn::detail {
 
 std::string dims_string(std::initializer_list<int64_t> dims) {
@@ -106,6 +108,18 @@ void ArgChecker::same_dtype(const Tensor& t, const char* name, DType expected, c
 void ArgChecker::device(const Tensor& t, const char* name, Device expected, const char* of) const {
   if (!(t.device == expected))
     fail(name, "device " + device_name(expected) + " (same as " + of + ")", device_name(t.device));
+}
+
+void ArgChecker::device_index(const Tensor& t, const char* name) const {
+  const int index = t.device.index;
+  if (t.device.type == DeviceType::cpu) {
+    if (index != 0) fail(name, "device index 0 for a CPU tensor", device_name(t.device));
+    return;
+  }
+  if (index < 0) fail(name, "a CUDA device index >= 0", std::to_string(index));
+  const int count = cuda_device_count();
+  if (count > 0 && index >= count)
+    fail(name, "a CUDA device index in [0, " + std::to_string(count) + ") (devices visible)", std::to_string(index));
 }
 
 void ArgChecker::shape(const Tensor& t, const char* name, std::initializer_list<int64_t> expected,

@@ -28,6 +28,9 @@ class ArgChecker {
   void float_dtype(const Tensor& t, const char* name) const;  // f32, f16 or bf16
   void same_dtype(const Tensor& t, const char* name, DType expected, const char* of) const;
   void device(const Tensor& t, const char* name, Device expected, const char* of) const;
+  // The device itself exists: index 0 for the CPU, >= 0 for CUDA and below the device count when CUDA
+  // sees devices (with none, the dispatcher answers that no backend runs the call).
+  void device_index(const Tensor& t, const char* name) const;
   void shape(const Tensor& t, const char* name, std::initializer_list<int64_t> expected, const char* dims) const;
   void contiguous(const Tensor& t, const char* name) const;  // fully row-major contiguous
   // For tensors the call writes (from many threads at once): no two elements share an address. Checked

@@ -40,7 +40,7 @@ int dtype_size(DType d) {
 }
 
 std::string device_name(Device d) {
-  if (d.type == DeviceType::cpu) return "cpu";
+  if (d.type == DeviceType::cpu) return d.index == 0 ? "cpu" : "cpu:" + std::to_string(d.index);
   return "cuda:" + std::to_string(d.index);
 }
 

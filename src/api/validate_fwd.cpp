@@ -43,6 +43,7 @@ FwdProblem make_fwd_core(const ArgChecker& c, const FwdParams& p) {
 
   c.tensor(p.q, "q", rank, q_dims);
   c.float_dtype(p.q, "q");
+  c.device_index(p.q, "q");
   c.tensor(p.k, "k", rank, k_dims);
   c.tensor(p.v, "v", rank, k_dims);
   c.same_dtype(p.k, "k", p.q.dtype, "q");

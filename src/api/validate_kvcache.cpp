@@ -128,6 +128,7 @@ KVCacheProblem make_kvcache_problem(const KVCacheParams& p) {
   KVCacheProblem pr;
   c.tensor(p.q, "q", 4, "(batch, seqlen_q, heads, head_dim)");
   c.float_dtype(p.q, "q");
+  c.device_index(p.q, "q");
   pr.dtype = p.q.dtype;
   pr.device = p.q.device;
   pr.batch = p.q.shape[0];
@@ -190,6 +191,9 @@ KVCacheProblem make_kvcache_problem(const KVCacheParams& p) {
     c.same_dtype(p.k_new, "k_new", pr.dtype, "q");
     c.device(p.k_new, "k_new", pr.device, "q");
     pr.seqlen_new = p.k_new.shape[1];
+    if (pr.seqlen_new > cv.capacity)
+      c.fail("k_new", "at most " + std::to_string(cv.capacity) + " new tokens (dim 1; the cache capacity)",
+             std::to_string(pr.seqlen_new) + " tokens");
     c.shape(p.k_new, "k_new", {pr.batch, pr.seqlen_new, pr.heads_k, pr.head_dim},
             "(batch, seqlen_new, heads_k, head_dim)");
     check_like(c, p.v_new, "v_new", p.k_new, "k_new");

@@ -155,6 +155,10 @@ FWD_ERROR_TEST(VarlenLongerThanMax, true, p.max_seqlen_q = 2, Status::invalid_ar
                "cu_seqlens_q:", "sequence lengths <= max_seqlen_q = 2", "length 3 for sequence 1")
 FWD_ERROR_TEST(VarlenNegativeMax, true, p.max_seqlen_k = -1, Status::invalid_argument, "max_seqlen_k:", "a value >= 0",
                "got -1")
+FWD_ERROR_TEST(CpuDeviceIndex, false, p.q.device.index = 3, Status::invalid_argument,
+               "q:", "device index 0 for a CPU tensor", "got cpu:3")
+FWD_ERROR_TEST(NegativeCudaDeviceIndex, false, p.q.device = flashattn::Device::cuda(-7), Status::invalid_argument,
+               "q:", "a CUDA device index >= 0", "got -7")
 FWD_ERROR_TEST(VarlenLseShape, true, p.softmax_lse = f.out.view(), Status::invalid_argument,
                "softmax_lse:", "2 dims (heads, total_q)", "got 3 dims")
 FWD_ERROR_TEST(VarlenCuSeqlensSizes, true, p.cu_seqlens_k.shape[0] = 2, Status::invalid_argument,
@@ -228,6 +232,8 @@ KV_ERROR_TEST(OnlyKNew, false, p.v_new = Tensor(), "forward_kvcache: v_new:", "b
               "only one of them")
 KV_ERROR_TEST(SeqlenBeyondCapacity, false, f.in.cache_seqlens.i32()[1] = 32, "cache_seqlens[1]:", "a length in [0, 31]",
               "got 32")
+KV_ERROR_TEST(MoreNewTokensThanTheCacheHolds, false, (p.k_new.shape[1] = 40, p.v_new.shape[1] = 40),
+              "k_new:", "at most 32 new tokens (dim 1; the cache capacity)", "got 40 tokens")
 KV_ERROR_TEST(NegativeSeqlen, false, f.in.cache_seqlens.i32()[0] = -1, "cache_seqlens[0]:", "got -1")
 KV_ERROR_TEST(BlockOutOfRange, true, f.in.block_table.i32()[0] = 1000, "block_table[0][0]:", "a block index in [0, 19)",
               "got 1000")
