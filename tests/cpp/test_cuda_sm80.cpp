@@ -125,6 +125,15 @@ TEST(CudaSm80Layout, TileConfigurationsFitSm80) {
     EXPECT_EQ(on_sm80.tiled, d < 224) << d;
     EXPECT_EQ(sm80::head_dim_bucket(d), d);
     EXPECT_EQ(sm80::head_dim_bucket(d - 8), d);
+    // The forward runs every head dim where CTAs may opt into 99 KB (sm_86/89): a feature-free call
+    // whose tile does not fit takes the general instance's; on sm_80 and sm_90 feature-free calls keep
+    // their own tile.
+    constexpr int64_t kSm86SmemBytes = 99 * 1024;
+    EXPECT_LE(sm80::fwd_tile(d, sm80::fwd_general(false, d, kSm86SmemBytes)).smem_bytes(), kSm86SmemBytes) << d;
+    EXPECT_LE(sm80::fwd_tile(d, true).smem_bytes(), kSm86SmemBytes) << d;
+    EXPECT_FALSE(sm80::fwd_general(false, d, sm80::kSm80SmemBytes)) << d;
+    EXPECT_FALSE(sm80::fwd_general(false, d, sm80::kSm90SmemBytes)) << d;
+    EXPECT_TRUE(sm80::fwd_general(true, d, sm80::kSm90SmemBytes)) << d;
   }
   EXPECT_EQ(sm80::head_dim_bucket(8), 32);
 }

@@ -140,16 +140,21 @@ bool bwd_tile_groups_disabled() {
   return off;
 }
 
+// Whether the forward of `p` runs the general instance on its device (kernel_traits.h, fwd_general).
+bool general_fwd(const FwdProblem& p) {
+  return cuda::sm80::fwd_general(cuda::sm80::needs_general_fwd(p), head_dim_bucket(p.head_dim),
+                                 device_props(p.device.index).smem_optin);
+}
+
 // Whether the forward of `p` runs the paired tile on its device (kernel_traits.h).
 bool paired_fwd(const FwdProblem& p) {
   const DeviceProps& d = device_props(p.device.index);
-  return !paired_fwd_disabled() && cuda::sm80::use_paired_fwd(head_dim_bucket(p.head_dim),
-                                                              cuda::sm80::needs_general_fwd(p), d.major, d.smem_per_sm);
+  return !paired_fwd_disabled() &&
+         cuda::sm80::use_paired_fwd(head_dim_bucket(p.head_dim), general_fwd(p), d.major, d.smem_per_sm);
 }
 
 std::string supports_fwd(const FwdProblem& p) {
-  const cuda::sm80::FwdTile tile =
-      fwd_tile(head_dim_bucket(p.head_dim), cuda::sm80::needs_general_fwd(p), paired_fwd(p));
+  const cuda::sm80::FwdTile tile = fwd_tile(head_dim_bucket(p.head_dim), general_fwd(p), paired_fwd(p));
   if (std::string r = common_reason(p, tile.smem_bytes()); !r.empty()) return r;
   // The kernel's tile loop (fwd_kernel.cuh) adds the grid size to an int tile index, and the grid can be
   // as large as the tile list: at most 2^30 tiles keep that sum below 2^31. (Above it a varlen tile past
@@ -184,7 +189,8 @@ void run_fwd(const FwdProblem& p, Stream stream) {
   cuda::DeviceGuard guard(p.device);
   const DeviceProps& d = device_props(p.device.index);
   const cuda::sm80::DeviceFacts device{tile_groups_disabled() ? 0 : d.l2_bytes, d.sms};
-  cuda::sm80::launch_fwd(p, paired_fwd(p), !persistent_fwd_disabled(), device, static_cast<cudaStream_t>(stream));
+  cuda::sm80::launch_fwd(p, general_fwd(p), paired_fwd(p), !persistent_fwd_disabled(), device,
+                         static_cast<cudaStream_t>(stream));
 }
 
 void run_bwd(const BwdProblem& p, Stream stream) {

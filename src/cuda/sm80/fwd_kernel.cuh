@@ -395,7 +395,7 @@ void run_fwd_instance(FwdArgs args, cudaStream_t stream) {
 // calls measured 2.2-2.9% slower at S = 512-1k (bench/NOTES.md, sm80 version 12).
 template <typename T, int kHeadDim>
 void run_fwd(FwdArgs args, bool paired, cudaStream_t stream) {
-  if (needs_general_fwd(args.p)) {
+  if (args.general) {
     run_fwd_instance<T, kHeadDim, true>(args, stream);
   } else if constexpr (has_paired_fwd(kHeadDim, false)) {
     if (!paired)

@@ -68,6 +68,13 @@ constexpr FwdTile fwd_tile(int bucket, bool general = true, bool paired = false)
   const bool wide = bucket <= 160 || !general;
   return FwdTile{bucket, 128, wide ? 64 : 32, 8, 1, false};
 }
+// Whether a call runs the general instance: when it needs it (needs_general_fwd), and also where the
+// feature-free tile does not fit the device's per-CTA shared memory: sm_86/89 allow 99 KB, and the
+// feature-free 128 x 64 tile needs 112 KB at D = 224 and 128 KB at D = 256, the general 128 x 32 tile 84
+// and 96 KB (slower, but the call runs on tensor cores instead of being refused).
+constexpr bool fwd_general(bool needs_general, int bucket, int64_t smem_optin) {
+  return needs_general || fwd_tile(bucket, false).smem_bytes() > smem_optin;
+}
 // Whether a device runs the paired tile: it must hold two of them at once (shared memory per SM, with
 // the 1 KB the hardware reserves per CTA), and be sm_90 or newer: the pairing was measured on the H200
 // only, and on sm_80 FlashAttention-2 itself keeps 128 rows at these head dims.

@@ -32,7 +32,8 @@ struct DeviceFacts {
   int64_t l2_bytes = 0;
   int sms = 0;
 };
-void launch_fwd(const FwdProblem& p, bool paired, bool persistent, const DeviceFacts& device, cudaStream_t stream);
+void launch_fwd(const FwdProblem& p, bool general, bool paired, bool persistent, const DeviceFacts& device,
+                cudaStream_t stream);
 void launch_bwd(const BwdProblem& p, int64_t smem_optin, const DeviceFacts& device, cudaStream_t stream);
 
 }  // namespace flashattn::detail::cuda::sm80

@@ -23,9 +23,11 @@ ScoreArgs make_score_args(const FwdProblem& p) {
   return s;
 }
 
-void launch_fwd(const FwdProblem& p, bool paired, bool persistent, const DeviceFacts& device, cudaStream_t stream) {
+void launch_fwd(const FwdProblem& p, bool general, bool paired, bool persistent, const DeviceFacts& device,
+                cudaStream_t stream) {
   FwdArgs args;
   args.p = p;
+  args.general = general;
   args.s = make_score_args(p);
   // Tiles cost the same when no row is masked and every sequence has the same lengths.
   const bool masked = p.score.window_left >= 0 || p.score.window_right >= 0;
@@ -33,7 +35,7 @@ void launch_fwd(const FwdProblem& p, bool paired, bool persistent, const DeviceF
   // Masked tiles differ in cost: the order of tile_order.h, over the query tiles of the tile the kernel
   // will run (kernel_traits.h, as FwdMainloop). Varlen lists keep the per-head order: their costs vary
   // with the sequences too.
-  const int block_m = fwd_tile(head_dim_bucket(p.head_dim), needs_general_fwd(p), paired).block_m;
+  const int block_m = fwd_tile(head_dim_bucket(p.head_dim), general, paired).block_m;
   const int64_t m_blocks = ceil_div(p.seqlen_q, block_m), head_seqs = p.batch * p.heads;
   if (masked && p.cu_seqlens_q == nullptr && device.l2_bytes > 0 && m_blocks > 0 && head_seqs > 0) {
     const int64_t kv_bytes = p.seqlen_k * p.head_dim * 2 * dtype_size(p.dtype);
