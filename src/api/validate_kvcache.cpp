@@ -63,9 +63,12 @@ void check_index_values(const ArgChecker& c, const KVCacheParams& p, const KVCac
                std::to_string(pad));
     }
     if (pr.cache.paged()) {
+      // The pages the call reads or writes: from the one holding the first position after the left
+      // padding (pages wholly inside the padding are never read, and may hold any entry).
+      const int64_t first = pr.cache_leftpad ? at(pr.cache_leftpad, p.cache_leftpad.stride[0], b) : 0;
       const int64_t end = len + pr.seqlen_new;  // <= capacity, checked above
       const int64_t pages = end / pr.cache.page_size + (end % pr.cache.page_size != 0);
-      for (int64_t i = 0; i < pages; ++i) {
+      for (int64_t i = first / pr.cache.page_size; i < pages; ++i) {
         int64_t blk = pr.cache.block_table[b * pr.cache.block_table_stride + i * p.block_table.stride[1]];
         if (blk < 0 || blk >= pr.cache.num_blocks)
           c.fail("block_table" + bs + "[" + std::to_string(i) + "]",

@@ -242,6 +242,23 @@ TEST(ValidationHardening, InterleavedViewsOfOneBufferAreNotAnOverlap) {
       ASSERT_EQ(dqq.get(((i / 4 * 2 + 0) * 4 + i % 4) * 16 + d), grads.dq.get(i * 16 + d)) << i;
 }
 
+// Pages wholly inside a sequence's left padding are never read, so their block-table entries may be
+// anything (a freed page's -1): the call runs and gives the result of valid entries there.
+TEST(ValidationHardening, PagesInsideTheLeftPaddingAreNotChecked) {
+  const HostTensor pads = i32_tensor({8, 16});  // page size 8: all of page 0, pages 0 and 1
+  CacheCall valid(/*paged=*/true), freed(/*paged=*/true);
+  valid.p.cache_leftpad = pads.view();
+  freed.p.cache_leftpad = pads.view();
+  int32_t* table = freed.in.block_table.i32();  // (2, 4)
+  table[0] = -1, table[4 + 0] = -1, table[4 + 1] = -1;
+  ASSERT_NO_THROW(flashattn::forward_kvcache(valid.p));
+  ASSERT_NO_THROW(flashattn::forward_kvcache(freed.p));
+  EXPECT_TRUE(bitwise_equal(freed.out, valid.out));
+  EXPECT_TRUE(bitwise_equal(freed.lse, valid.lse));
+  table[4 + 2] = -1;  // page 2 of sequence 1 holds positions 16..23, which it attends
+  expect_invalid([&] { flashattn::forward_kvcache(freed.p); }, "block_table[1][2]", "a block index in [0, ");
+}
+
 TEST(ValidationHardening, AppendingTwoSequencesIntoOneCacheRowIsRejected) {
   CacheCall c(/*paged=*/false, /*batch_idx=*/true);
   c.in.cache_batch_idx.i32()[1] = c.in.cache_batch_idx.i32()[0];
