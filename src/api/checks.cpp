@@ -145,6 +145,19 @@ void ArgChecker::contiguous(const Tensor& t, const char* name) const {
 
 namespace {
 
+// The dims of size > 1 by increasing stride, into `dims` (insertion sort of at most kMaxDims entries);
+// returns how many.
+int dims_by_stride(const Tensor& t, int (&dims)[Tensor::kMaxDims]) {
+  int n = 0;
+  for (int i = 0; i < t.ndim; ++i) {
+    if (t.shape[i] <= 1) continue;
+    int k = n++;
+    for (; k > 0 && t.stride[dims[k - 1]] > t.stride[i]; --k) dims[k] = dims[k - 1];
+    dims[k] = i;
+  }
+  return n;
+}
+
 bool empty_view(const Tensor& t) {
   if (!t.present()) return true;
   for (int i = 0; i < t.ndim; ++i)
@@ -165,13 +178,7 @@ std::pair<uintptr_t, uintptr_t> byte_range(const Tensor& t) {
 // exactly the span inside them.
 bool fills_range(const Tensor& t) {
   int dims[Tensor::kMaxDims];
-  int n = 0;
-  for (int i = 0; i < t.ndim; ++i) {
-    if (t.shape[i] <= 1) continue;
-    int k = n++;
-    for (; k > 0 && t.stride[dims[k - 1]] > t.stride[i]; --k) dims[k] = dims[k - 1];
-    dims[k] = i;
-  }
+  const int n = dims_by_stride(t, dims);
   int64_t span = 1;
   for (int k = 0; k < n; ++k) {
     if (t.stride[dims[k]] != span) return false;
@@ -210,15 +217,8 @@ void ArgChecker::no_self_overlap(const Tensor& t, const char* name) const {
   // tensor() does not bound (max_offset), so the span below could overflow for it.
   for (int i = 0; i < t.ndim; ++i)
     if (t.shape[i] == 0) return;
-  // Dims of size > 1 by increasing stride (insertion sort of at most kMaxDims entries).
   int dims[Tensor::kMaxDims];
-  int n = 0;
-  for (int i = 0; i < t.ndim; ++i) {
-    if (t.shape[i] <= 1) continue;
-    int k = n++;
-    for (; k > 0 && t.stride[dims[k - 1]] > t.stride[i]; --k) dims[k] = dims[k - 1];
-    dims[k] = i;
-  }
+  const int n = dims_by_stride(t, dims);
   int64_t span = 1;  // elements covered by the dims inside the current one; fits int64 (tensor(): max_offset)
   for (int k = 0; k < n; ++k) {
     const int d = dims[k];
