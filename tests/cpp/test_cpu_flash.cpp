@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attention_case.h"
@@ -349,6 +351,25 @@ TEST(CpuFlashLayout, StridedViewsGiveTheContiguousResult) {
   EXPECT_TRUE(gaps_untouched(dq, fill));
   EXPECT_TRUE(gaps_untouched(dk, fill));
   EXPECT_TRUE(gaps_untouched(dv, fill));
+}
+
+// A NaN in a key every row sees (docs/reliability.md): the rows' LSE is NaN, as the reference's, in the
+// tiled and the decode engine; a +inf LSE made the backward's P = exp(s - LSE) 0, and dv kept the NaN in
+// one key's row only.
+TEST(CpuFlashNumerics, NanLogitGivesNanLseAndNanGradients) {
+  for (auto [sq, sk] : {std::pair<int64_t, int64_t>{20, 70}, {4, 6}}) {
+    AttnConfig c = small(DType::f32, sq, sk);
+    c.heads = c.heads_k = 1;
+    c.head_dim = 16;
+    SCOPED_TRACE(c.name());
+    AttnInputs in = make_inputs(c, 901);
+    in.k.set(2 * c.head_dim + 5, std::numeric_limits<double>::quiet_NaN());  // key 2, dim 5 (batch 0)
+    const FwdOutputs fwd = run_forward(in, kFlash, Device::cpu());
+    for (int64_t i = 0; i < sq; ++i) EXPECT_TRUE(std::isnan(fwd.lse.get(i))) << "softmax_lse row " << i;
+    const BwdOutputs got = run_backward(in, fwd, kFlash, Device::cpu());
+    for (int64_t e = 0; e < got.dv.numel() / c.batch; ++e)
+      ASSERT_TRUE(std::isnan(got.dv.get(e))) << "dv element " << e << " of batch 0 (every key is seen by a NaN row)";
+  }
 }
 
 TEST(CpuFlashBackward, RunTwiceIsBitwiseIdentical) {

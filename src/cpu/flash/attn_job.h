@@ -8,6 +8,7 @@
 // head h = hk * group + r % group. All heads of a group read the same K/V, so packing them into one tile
 // converts each K/V tile once for the whole group and fills vector lanes even when seqlen_q is 1.
 
+#include <cmath>
 #include <cstdint>
 
 #include "api/problem.h"
@@ -127,12 +128,14 @@ void load_query(const AttnCall& c, const AttnSeq& s, int64_t i, int64_t h, float
 }
 
 // Writes one finished row (i, h): out = acc / l (times the dropout rescale), acc holding head_dim floats,
-// and its LSE from the row max m (log2 units). l == 0 means the row saw no key: out is 0, the LSE +inf.
+// and its LSE from the row max m (log2 units). l == 0 means the row saw no key: out is 0, the LSE +inf. A
+// NaN l (a NaN logit) gives a NaN LSE, as the reference (docs/reliability.md): +inf would make the
+// backward's P = exp(s - LSE) 0 and drop the NaN from dv.
 template <DType DT>
 void write_output_row(const AttnCall& c, const AttnSeq& s, int64_t i, int64_t h, const float* acc, float m, float l) {
   const int64_t off = s.out_start + i * s.out_row_stride + h * s.out_head_stride;
   store_row<DT>(s.out, off, acc, c.head_dim, l > 0.0f ? c.dropout_scale / l : 0.0f);
-  if (s.lse) s.lse[h * s.lse_head_stride + i] = l > 0.0f ? (m + std::log2(l)) * kLn2 : INFINITY;
+  if (s.lse) s.lse[h * s.lse_head_stride + i] = l > 0.0f ? (m + std::log2(l)) * kLn2 : std::isnan(l) ? NAN : INFINITY;
 }
 
 }  // namespace flashattn::detail::cpu_flash
