@@ -10,9 +10,16 @@ cd "$(dirname "$0")/.."
 
 need=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-for pkg in g++ libgtest-dev python3-venv openmpi-bin libopenmpi-dev clang libclang-rt-dev libomp-dev; do
-  have_pkg "$pkg" || need+=("$pkg")
-done
+if command -v dpkg-query >/dev/null; then
+  for pkg in g++ libgtest-dev python3-venv openmpi-bin libopenmpi-dev clang libclang-rt-dev libomp-dev; do
+    have_pkg "$pkg" || need+=("$pkg")
+  done
+else
+  # Not Debian/Ubuntu: the package names above mean nothing here, so nothing is checked; CMake names what
+  # is missing when it configures.
+  echo "setup: no dpkg: system packages not checked (needed: a C++20 compiler with OpenMP, GoogleTest;" \
+       "optional: Open MPI, Clang with its sanitizer runtimes and libomp for make test-asan/test-tsan/fuzz)" >&2
+fi
 # python3-venv is only needed when the interpreter lacks the venv module (pyenv builds have it).
 if python3 -c "import venv, ensurepip" 2>/dev/null; then
   need=("${need[@]/python3-venv}")
@@ -24,7 +31,14 @@ if ((${#need[@]})); then
     exit 1
   fi
   SUDO=""
-  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  if [ "$(id -u)" -ne 0 ]; then
+    if ! command -v sudo >/dev/null; then
+      echo "setup: missing system packages ${need[*]}; not root and no sudo: run as root" \
+           "apt-get install ${need[*]}" >&2
+      exit 1
+    fi
+    SUDO="sudo"
+  fi
   echo "setup: installing ${need[*]}"
   log=$(mktemp)
   if ! { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq \
