@@ -83,7 +83,9 @@ function(flashattn_add_cuda_sources target)
   target_compile_definitions(${target} PUBLIC FLASHATTN_WITH_CUDA=1 PRIVATE ${FLASHATTN_HEAD_DIM_DEFINITIONS})
   # The build holds sm_90a code (wgmma): the decode backend may pick its warpgroup kernels on sm_90.
   # Only the file that reads it gets the definition, so changing the arch list rebuilds one file.
-  if("90a" IN_LIST FLASHATTN_CUDA_ARCHS)
+  set(_fa_sm90a_archs ${FLASHATTN_CUDA_ARCHS})
+  list(FILTER _fa_sm90a_archs INCLUDE REGEX "^90a(-real|-virtual)?$")  # 90a, 90a-real, 90a-virtual
+  if(_fa_sm90a_archs)
     set_source_files_properties(${PROJECT_SOURCE_DIR}/src/cuda/decode/decode_backend.cpp TARGET_DIRECTORY ${target}
                                 PROPERTIES COMPILE_DEFINITIONS FLASHATTN_SM90A=1)
   endif()
