@@ -10,7 +10,10 @@
 namespace flashattn {
 
 // Each call validates its arguments completely before anything is written; on a bad argument it throws
-// Error(Status::invalid_argument) naming the argument, what was expected and what was given.
+// Error(Status::invalid_argument) naming the argument, what was expected and what was given. The one
+// exception: the values inside index tensors that live on a CUDA device (cu_seqlens, cache_seqlens,
+// cache_leftpad, cache_batch_idx, block_table) are not read on the host, which would synchronise the
+// device; out-of-range values there are the caller's error, as in flash-attn (docs/semantics.md).
 // Calls on CUDA tensors are asynchronous on `stream` and never synchronise the device.
 void forward(const FwdParams& params, Stream stream = nullptr);
 void backward(const BwdParams& params, Stream stream = nullptr);
