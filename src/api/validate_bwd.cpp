@@ -18,16 +18,27 @@ BwdProblem make_bwd_problem(const BwdParams& p) {
   c.no_self_overlap(p.dq, "dq");
   c.no_self_overlap(p.dk, "dk");
   c.no_self_overlap(p.dv, "dv");
-  // The inputs the backward reads while it writes dq, dk and dv, and the gradients among themselves.
-  const std::pair<const Tensor&, const char*> inputs[] = {
-      {p.dout, "dout"}, {p.q, "q"}, {p.k, "k"}, {p.v, "v"}, {p.out, "out"}, {p.softmax_lse, "softmax_lse"}};
-  for (const auto& [input, input_name] : inputs) {
-    c.no_shared_memory(p.dq, "dq", {{input, input_name}});
-    c.no_shared_memory(p.dk, "dk", {{input, input_name}});
-    c.no_shared_memory(p.dv, "dv", {{input, input_name}});
-  }
-  c.no_shared_memory(p.dq, "dq", {{p.dk, "dk"}, {p.dv, "dv"}});
-  c.no_shared_memory(p.dk, "dk", {{p.dv, "dv"}});
+  // Each gradient against what the backward reads while it writes it, and against the gradients after it.
+  c.no_shared_memory(p.dq, "dq",
+                     {{p.dout, "dout"},
+                      {p.q, "q"},
+                      {p.k, "k"},
+                      {p.v, "v"},
+                      {p.out, "out"},
+                      {p.softmax_lse, "softmax_lse"},
+                      {p.dk, "dk"},
+                      {p.dv, "dv"}});
+  c.no_shared_memory(p.dk, "dk",
+                     {{p.dout, "dout"},
+                      {p.q, "q"},
+                      {p.k, "k"},
+                      {p.v, "v"},
+                      {p.out, "out"},
+                      {p.softmax_lse, "softmax_lse"},
+                      {p.dv, "dv"}});
+  c.no_shared_memory(
+      p.dv, "dv",
+      {{p.dout, "dout"}, {p.q, "q"}, {p.k, "k"}, {p.v, "v"}, {p.out, "out"}, {p.softmax_lse, "softmax_lse"}});
   pr.dout = rows_view(p.dout);
   pr.dq = rows_view(p.dq);
   pr.dk = rows_view(p.dk);
