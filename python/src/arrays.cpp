@@ -1,6 +1,7 @@
 #include "arrays.h"
 
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "flashattn/error.h"
@@ -14,19 +15,35 @@ namespace {
               std::string(function) + ": " + name + ": expected " + expected + ", got " + got);
 }
 
-// numpy-style name of a DLPack dtype, for error messages.
+// Name of a DLPack dtype in the library's vocabulary (f32, bf16, i32, ...: `dtype_name`), so that a dtype
+// refused here and one refused by the C++ checks read alike.
 std::string dlpack_dtype_name(nb::dlpack::dtype dt) {
   using Code = nb::dlpack::dtype_code;
   static constexpr std::pair<Code, const char*> kNames[] = {
-      {Code::Int, "int"},       {Code::UInt, "uint"},       {Code::Float, "float"},
-      {Code::Bfloat, "bfloat"}, {Code::Complex, "complex"}, {Code::Bool, "bool"},
+      {Code::Int, "i"}, {Code::UInt, "u"}, {Code::Float, "f"}, {Code::Bfloat, "bf"}, {Code::Complex, "c"},
   };
+  if (dt.code == uint8_t(Code::Bool)) return "bool";
+  if (dt.code == uint8_t(Code::Float8_E4M3FN)) return "fp8_e4m3";
   std::string s = "DLPack type code " + std::to_string(int(dt.code)) + " of width ";
   for (const auto& [code, name] : kNames)
     if (dt.code == uint8_t(code)) s = name;
   s += std::to_string(int(dt.bits));
   if (dt.lanes != 1) s += "x" + std::to_string(int(dt.lanes));
   return s;
+}
+
+// The dtypes the library accepts for an argument, by its role: what a refusal here names as expected.
+// Only dtypes that no argument accepts are refused here; the C++ checks refuse the rest per call.
+const char* accepted_dtypes(const char* name) {
+  static constexpr const char* kIndexArgs[] = {"cu_seqlens_q",  "cu_seqlens_k", "cache_seqlens", "cache_batch_idx",
+                                               "cache_leftpad", "block_table",  "seqused_k"};
+  static constexpr const char* kF32Args[] = {"softmax_lse", "alibi_slopes"};
+  const std::string_view n(name);
+  for (const char* a : kIndexArgs)
+    if (n == a) return "dtype i32";
+  for (const char* a : kF32Args)
+    if (n == a) return "dtype f32";
+  return "dtype f32, f16 or bf16";
 }
 
 DType to_dtype(nb::dlpack::dtype dt, const char* function, const char* name) {
@@ -38,7 +55,7 @@ DType to_dtype(nb::dlpack::dtype dt, const char* function, const char* name) {
     if (dt.code == uint8_t(Code::Float8_E4M3FN) && dt.bits == 8) return DType::fp8_e4m3;
     if (dt.code == uint8_t(Code::Int) && dt.bits == 32) return DType::i32;
   }
-  fail(function, name, "dtype float32, float16, bfloat16, float8_e4m3fn or int32", dlpack_dtype_name(dt));
+  fail(function, name, accepted_dtypes(name), dlpack_dtype_name(dt));
 }
 
 Device to_device(int type, int id, const char* function, const char* name) {

@@ -80,7 +80,9 @@ void ArgChecker::tensor(const Tensor& t, const char* name, int rank, const char*
   const int64_t n = element_count(t);
   if (n < 0) fail(name, "a number of elements that fits in int64", "shape " + shape_string(t));
   if (n > 0 && t.data == nullptr) fail(name, "non-null data for " + std::to_string(n) + " elements", "nullptr");
-  if (t.shape[rank - 1] > 1 && t.stride[rank - 1] != 1)
+  // A tensor with no elements is never addressed, so its strides are not held to anything (frameworks give
+  // empty views arbitrary strides: numpy's q[:0] through DLPack, torch's expand of an empty dim).
+  if (n > 0 && t.shape[rank - 1] > 1 && t.stride[rank - 1] != 1)
     fail(name, "a contiguous last dim (stride 1)", "stride " + std::to_string(t.stride[rank - 1]));
   int64_t off = max_offset(t);
   int64_t bytes;

@@ -42,6 +42,14 @@ struct Direction<KVCacheProblem> {
   static void run(const Backend& b, const KVCacheProblem& p, Stream s) { b.run_kvcache(p, s); }
 };
 
+// Runs `p` on `b`. A call without heads has no element to read or write, and kernels cannot launch the
+// empty grids it would give, so no backend is asked to run it (the choice and its errors stay the same).
+template <typename Problem>
+void run(const Backend& b, const Problem& p, Stream s) {
+  if (p.heads == 0) return;
+  Direction<Problem>::run(b, p, s);
+}
+
 template <typename Problem>
 std::string support_reason(const Backend& b, const Problem& p) {
   if (b.device != p.device.type)
@@ -76,7 +84,7 @@ void dispatch(const Problem& p, const std::string& forced, Stream stream) {
       if (!why.empty())
         throw Error(Status::unsupported, std::string("flashattn::") + verb + ": backend '" + forced +
                                              "' does not support this call: " + why);
-      Direction<Problem>::run(b, p, stream);
+      run(b, p, stream);
       return;
     }
     std::string names;
@@ -88,7 +96,7 @@ void dispatch(const Problem& p, const std::string& forced, Stream stream) {
   for (const Backend& b : registry()) {
     std::string why = support_reason(b, p);
     if (why.empty()) {
-      Direction<Problem>::run(b, p, stream);
+      run(b, p, stream);
       return;
     }
     reasons += std::string("\n  ") + b.name + ": " + why;

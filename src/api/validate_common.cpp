@@ -11,6 +11,13 @@ void check_head_dim(const ArgChecker& c, const char* name, int64_t head_dim) {
 }
 
 void check_heads(const ArgChecker& c, int64_t heads, int64_t heads_k, const char* k_name) {
+  // No heads at all (heads = heads_k = 0) is an empty call, like an empty batch: every tensor has no element
+  // (the dispatcher runs no backend for it). K/V heads without query heads would leave gradients and caches
+  // that no query reads: refused.
+  if (heads == 0) {
+    if (heads_k != 0) c.fail(k_name, "heads_k = 0 when q has no heads", "heads_k = " + std::to_string(heads_k));
+    return;
+  }
   if (heads_k <= 0 || heads % heads_k != 0)
     c.fail(k_name, "heads_k dividing the query heads (" + std::to_string(heads) + ") for GQA/MQA",
            "heads_k = " + std::to_string(heads_k));

@@ -139,7 +139,6 @@ KVCacheProblem make_kvcache_problem(const KVCacheParams& p) {
   pr.heads = p.q.shape[2];
   pr.head_dim = p.q.shape[3];
   check_head_dim(c, "q", pr.head_dim);
-  if (pr.heads <= 0) c.fail("q", "at least one head", "shape " + shape_string(p.q));
 
   const bool paged = p.block_table.present();
   const char* cache_dims =

@@ -96,6 +96,8 @@ FWD_ERROR_TEST(NonContiguousLastDim, false, p.q.stride[3] = 2, Status::invalid_a
                "got stride 2")
 FWD_ERROR_TEST(HeadsNotDivisible, false, (p.k.shape[2] = 3, p.v.shape[2] = 3), Status::invalid_argument,
                "k:", "heads_k dividing the query heads (4)", "heads_k = 3")
+FWD_ERROR_TEST(KvHeadsWithoutQueryHeads, false, (p.q.shape[2] = 0, p.out.shape[2] = 0, p.softmax_lse.shape[1] = 0),
+               Status::invalid_argument, "k:", "heads_k = 0 when q has no heads", "heads_k = 2")
 FWD_ERROR_TEST(HeadDimNotMultipleOf8, false, (p.q.shape[3] = 12), Status::invalid_argument,
                "q:", "multiple of 8 in [8, 256]", "got 12")
 FWD_ERROR_TEST(HeadDimTooLarge, false, (p.q.shape[3] = 264), Status::invalid_argument,

@@ -386,11 +386,13 @@ TEST_P(Numerics, EmptyShapesRunAndWriteEveryOutput) {
   no_queries.seqlen_q = 0;  // dk and dv must still be written: zeros
   AttnConfig no_keys = small_causal(DType::bf16);
   no_keys.seqlen_k = 0;  // every row empty
+  AttnConfig no_heads = small_causal(DType::f16);
+  no_heads.heads = no_heads.heads_k = 0;
   AttnConfig empty_varlen = small_causal(DType::f32);
   empty_varlen.varlen_q = {0, 3, 0, 2}, empty_varlen.varlen_k = {4, 0, 0, 6};
   AttnConfig all_empty_varlen = small_causal(DType::f32);
   all_empty_varlen.varlen_q = {0, 0}, all_empty_varlen.varlen_k = {0, 0};
-  for (const AttnConfig& cfg : {no_batch, no_queries, no_keys, empty_varlen, all_empty_varlen}) {
+  for (const AttnConfig& cfg : {no_batch, no_queries, no_keys, no_heads, empty_varlen, all_empty_varlen}) {
     SCOPED_TRACE(cfg.name());
     const AttnInputs in = make_inputs(cfg, 10);
     FwdOutputs fwd;
@@ -413,6 +415,22 @@ TEST_P(Numerics, EmptyKvCacheGivesEmptyRows) {
   FA_RUN_OR_SKIP(got, run_kvcache(in, GetParam(), device()));
   for (int64_t k = 0; k < got.out.numel(); ++k) ASSERT_EQ(got.out.get(k), 0.0) << "out " << k;
   for (int64_t k = 0; k < got.lse.numel(); ++k) ASSERT_EQ(got.lse.get(k), kInf) << "lse " << k;
+}
+
+TEST_P(Numerics, KvCacheCallsWithoutBatchOrHeadsRun) {
+  for (const bool no_heads : {false, true}) {
+    KVConfig c;
+    c.dtype = DType::bf16;
+    c.batch = no_heads ? 2 : 0, c.seqlen_q = 1, c.head_dim = 32, c.capacity = 16, c.seqlen_new = 1;
+    if (no_heads) c.heads = c.heads_k = 0;
+    c.cache_seqlens.assign(size_t(c.batch), 3);
+    SCOPED_TRACE(c.name());
+    const KVInputs in = make_kv_inputs(c, 12);
+    KVOutputs got;
+    FA_RUN_OR_SKIP(got, run_kvcache(in, GetParam(), device()));
+    EXPECT_EQ(got.out.numel(), 0);
+    EXPECT_EQ(got.lse.numel(), 0);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllBackends, Numerics, testing::ValuesIn(all_backends()),

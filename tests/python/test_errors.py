@@ -72,6 +72,29 @@ def test_bad_dense_call_names_the_argument(qkv, description, call, argument):
         call(*qkv)
 
 
+# One dtype vocabulary (the library's: f32, f16, bf16, i32, ...) whether the binding or the C++ checks refuse
+# a dtype, and only the dtypes the argument accepts are named as expected.
+DTYPE_ERRORS = [
+    ("q float64", lambda q, k, v: flashattn.flash_attn_func(q.astype(np.float64), k, v),
+     "q: expected dtype f32, f16 or bf16, got f64"),
+    ("q int32", lambda q, k, v: flashattn.flash_attn_func(q.astype(np.int32), k, v),
+     "q: expected dtype f32, f16 or bf16, got i32"),
+    ("q bool", lambda q, k, v: flashattn.flash_attn_func(q > 0, k, v), "q: expected dtype f32, f16 or bf16, got bool"),
+    ("alibi float64", lambda q, k, v: flashattn.flash_attn_func(q, k, v, alibi_slopes=np.ones(4)),
+     "alibi_slopes: expected dtype f32, got f64"),
+    ("cache_seqlens int64", lambda q, k, v: _cache_call(cache_seqlens=np.array([3, 5], np.int64))(),
+     "cache_seqlens: expected dtype i32, got i64"),
+    ("cache_seqlens float32", lambda q, k, v: _cache_call(cache_seqlens=np.array([3, 5], np.float32))(),
+     "cache_seqlens: expected dtype i32, got f32"),
+]
+
+
+@pytest.mark.parametrize("description,call,message", DTYPE_ERRORS, ids=[e[0] for e in DTYPE_ERRORS])
+def test_dtype_refusals_speak_one_vocabulary(qkv, description, call, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        call(*qkv)
+
+
 def _varlen(q_len=(3, 5), k_len=(4, 6), cu_q=None, cu_k=None, **options):
     rng = np.random.default_rng(3)
     q = randn(rng, (sum(q_len), 2, 16))

@@ -175,3 +175,40 @@ def test_query_backends_names_the_chosen_cpu_backend():
     chosen = [a for a in answers if a["chosen"]]
     assert len(chosen) == 1 and chosen[0]["device"] == "cpu" and chosen[0]["supported"]
     assert all(a["reason"] for a in answers if not a["supported"])
+
+
+# Empty calls return empty results of the right shapes, as PyTorch SDPA does: no batch, no heads, no queries,
+# no keys (every row empty: out 0, LSE +inf), in the dense, backward and KV-cache calls.
+EMPTY_SHAPES = {
+    "no batch": ((0, 5, 4, 16), (0, 7, 2, 16)),
+    "no heads": ((2, 5, 0, 16), (2, 7, 0, 16)),
+    "no queries": ((2, 0, 4, 16), (2, 7, 2, 16)),
+    "no keys": ((2, 5, 4, 16), (2, 0, 2, 16)),
+}
+
+
+@pytest.mark.parametrize("name", EMPTY_SHAPES)
+def test_empty_calls_return_empty_results(name):
+    q_shape, k_shape = EMPTY_SHAPES[name]
+    rng = np.random.default_rng(11)
+    q, k, v = randn(rng, q_shape), randn(rng, k_shape), randn(rng, k_shape)
+    out, lse, _ = flashattn.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
+    assert out.shape == q.shape and lse.shape == (q.shape[0], q.shape[2], q.shape[1])
+    assert np.all(out == 0) and np.all(lse == np.inf)  # vacuous except with no keys
+    dq, dk, dv = flashattn.backward(randn(rng, q_shape), q, k, v, out, lse, causal=True)
+    assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
+    assert np.all(dq == 0) and np.all(dk == 0) and np.all(dv == 0)
+    # Slices of a larger array (what q[:0] gives) are accepted too, whatever their strides.
+    big_q, big_k = randn(rng, (2, 5, 4, 16)), randn(rng, (2, 7, 2, 16))
+    sl = {"no batch": np.s_[:0], "no heads": np.s_[:, :, :0], "no queries": np.s_[:, :0], "no keys": np.s_[:]}[name]
+    ksl = np.s_[:, :0] if name == "no keys" else sl
+    assert flashattn.flash_attn_func(big_q[sl], big_k[ksl], big_k[ksl].copy()).shape == big_q[sl].shape
+
+
+def test_empty_kvcache_calls_return_empty_results():
+    rng = np.random.default_rng(12)
+    for q_shape, cache_shape, seqlens in [((0, 1, 4, 16), (0, 12, 2, 16), []), ((2, 1, 0, 16), (2, 12, 0, 16), [3, 5])]:
+        out = flashattn.flash_attn_with_kvcache(
+            randn(rng, q_shape), randn(rng, cache_shape), randn(rng, cache_shape),
+            cache_seqlens=np.asarray(seqlens, np.int32))
+        assert out.shape == q_shape

@@ -4,6 +4,7 @@ under torch.library.opcheck and torch.compile(fullgraph=True). Needs torch (the 
 
 import itertools
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -293,3 +294,28 @@ def test_runs_on_the_current_stream():
         out = flashattn.flash_attn_func(inputs, inputs, inputs, causal=True)
     torch.cuda.synchronize()
     torch.testing.assert_close(out, expected, rtol=0, atol=0)
+
+
+# Which slice of (batch, seqlen, heads, head_dim) tensors each empty call takes, for q and for k/v.
+EMPTY_SLICES = {
+    "batch": (np.s_[:0], np.s_[:0]),
+    "heads": (np.s_[:, :, :0], np.s_[:, :, :0]),
+    "queries": (np.s_[:, :0], np.s_[:]),
+    "keys": (np.s_[:], np.s_[:, :0]),
+}
+
+
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+@pytest.mark.parametrize("dims", EMPTY_SLICES)
+def test_empty_calls_return_empty_results_and_gradients(device, dims):
+    """Empty calls behave as PyTorch SDPA's: empty (with no keys, zero) outputs of the right shapes and zero
+    gradients of the inputs' shapes, for slices of real tensors (whatever strides those have)."""
+    require_device(device)
+    q_slice, kv_slice = EMPTY_SLICES[dims]
+    q = torch.randn(2, 5, 4, 16, device=device)[q_slice].requires_grad_()
+    k, v = (torch.randn(2, 7, 2, 16, device=device)[kv_slice].requires_grad_() for _ in range(2))
+    out = flashattn.flash_attn_func(q, k, v, causal=True)
+    assert out.shape == q.shape and bool((out == 0).all())
+    out.sum().backward()
+    for t in (q, k, v):
+        assert t.grad is not None and t.grad.shape == t.shape and bool((t.grad == 0).all())

@@ -129,7 +129,7 @@ def test_arrays_the_direct_reader_declines_still_go_through_dlpack(device):
     # A subclass (what tracing and fake tensors are) is exported through DLPack.
     _C.fwd(torch.nn.Parameter(q, requires_grad=False), k, v, out)
     assert torch.equal(out, want)
-    with pytest.raises(ValueError, match="q: expected dtype float32, float16, bfloat16"):
+    with pytest.raises(ValueError, match="q: expected dtype f32, f16 or bf16, got f64"):
         _C.fwd(q.double(), k, v, out)
     with pytest.raises((TypeError, ValueError)):
         _C.fwd(torch.empty(q.shape, device="meta", dtype=q.dtype), k, v, out)

@@ -29,7 +29,7 @@ NaiveOutputs naive_lowp(const AttnInputs& in, bool with_backward) {
   const AttnConfig& c = in.cfg;
   const DType dt = c.dtype;
   auto rnd = [dt](float x) { return round_to(dt, x); };
-  const int64_t H = c.heads, Hk = c.heads_k, D = c.head_dim, group = H / Hk;
+  const int64_t H = c.heads, Hk = c.heads_k, D = c.head_dim, group = Hk > 0 ? H / Hk : 1;  // no heads: no work
   const std::vector<double> q = in.q.to_double(), k = in.k.to_double(), v = in.v.to_double();
   const std::vector<double> dout = in.dout.to_double();
   const Layout lq = layout_of(in.q), lk = layout_of(in.k);
