@@ -13,7 +13,7 @@ CTEST := $(VENV)/bin/ctest
 PY := $(VENV)/bin/python
 CMAKE_ARGS ?=
 
-.PHONY: all setup configure build test test-cpp test-python bench format clean
+.PHONY: all setup setup-torch configure build test test-cpp test-python bench format clean
 
 all: build
 
@@ -29,11 +29,15 @@ build: configure
 test-cpp: build
 	cd $(BUILD) && $(abspath $(CTEST)) --output-on-failure -j $(JOBS) --no-tests=error
 
-# The Python package is built without CUDA here: its tests run on CPU arrays, and the CUDA kernels
-# are already compiled (and so checked) by the C++ build above.
-test-python: setup
+# The Python package is built without CUDA here: its tests run on CPU arrays and CPU torch tensors (numpy,
+# torch, torch.compile, transformers), and the CUDA kernels are already compiled (and so checked) by the C++
+# build above. FLASHATTN_REQUIRE_TORCH makes a missing torch or transformers a failure, not a skip.
+setup-torch:
+	./scripts/setup.sh --torch
+
+test-python: setup-torch
 	$(PY) -m pip install -q --no-build-isolation -C cmake.define.FLASHATTN_CUDA=OFF .
-	$(PY) -m pytest -q tests/python
+	FLASHATTN_REQUIRE_TORCH=1 $(PY) -m pytest -q tests/python
 
 TEST_FUZZ_TIME ?= 60
 

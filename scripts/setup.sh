@@ -3,10 +3,18 @@
 #   * system packages (compiler, GoogleTest, OpenMP runtime, Open MPI; Clang with its sanitizer runtimes,
 #     libFuzzer and LLVM's libomp for `make test-asan`, `make fuzz` and `make test-tsan`) through apt when
 #     missing;
-#   * a Python virtual environment .venv with pinned build/test tools (requirements-dev.txt).
+#   * a Python virtual environment .venv with pinned build/test tools (requirements-dev.txt);
+#   * with --torch, PyTorch and transformers in .venv too (requirements-torch.txt), for the torch tests.
 # Idempotent: a second run only checks. The CUDA toolkit is optional and never installed here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+with_torch=0
+for arg in "$@"; do
+  case "$arg" in
+    --torch) with_torch=1 ;;
+    *) echo "setup: unknown argument $arg (expected --torch)" >&2; exit 2 ;;
+  esac
+done
 
 need=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
@@ -58,4 +66,16 @@ if [ ! -f "$stamp" ] || ! cmp -s requirements-dev.txt "$stamp"; then
   .venv/bin/python -m pip install -q -r requirements-dev.txt
   cp requirements-dev.txt "$stamp"
 fi
-echo "setup: ok ($(.venv/bin/cmake --version | head -1), $(.venv/bin/python --version))"
+if ((with_torch)); then
+  stamp=.venv/.requirements-torch.stamp
+  if [ ! -f "$stamp" ] || ! cmp -s requirements-torch.txt "$stamp"; then
+    echo "setup: installing $(grep -v '^#' requirements-torch.txt | tr '\n' ' ')"
+    .venv/bin/python -m pip install -q -r requirements-torch.txt
+    cp requirements-torch.txt "$stamp"
+  fi
+fi
+versions="$(.venv/bin/cmake --version | head -1), $(.venv/bin/python --version)"
+if ((with_torch)); then
+  versions+=", $(.venv/bin/python -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)')"
+fi
+echo "setup: ok ($versions)"

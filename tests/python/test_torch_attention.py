@@ -1,6 +1,6 @@
 """torch tensors through the flash-attn API: forward and gradients against the float64 reference under
 flash-attn's criterion, on CUDA (and on CPU through the CPU backends); dropout replay; the custom ops
-under torch.library.opcheck and torch.compile(fullgraph=True). Needs torch (the GPU machine has it)."""
+under torch.library.opcheck and torch.compile(fullgraph=True). Needs torch (`make test` installs it)."""
 
 import itertools
 
