@@ -3,12 +3,21 @@
 #include <string>
 
 #include "api/backend.h"
+#include "api/head_dim_pad.h"
 #include "api/validate.h"
 #include "flashattn/api.h"
 
 namespace flashattn {
 
 namespace detail {
+
+std::string capability_reason(const Backend& b, const FwdProblem& p) {
+  if (!b.paged_varlen_fwd && p.paged_kv()) return "paged K/V (block_table) in a varlen forward not implemented";
+  if (!b.paged_varlen_fwd && p.seqused_k) return "seqused_k in a varlen forward not implemented";
+  return {};
+}
+std::string capability_reason(const Backend&, const KVCacheProblem&) { return {}; }
+
 namespace {
 
 // Per direction: how to ask a backend whether it supports a problem, and how to run it.
@@ -47,7 +56,24 @@ std::string support_reason(const Backend& b, const Problem& p) {
   if (b.device != p.device.type)
     return std::string("runs on ") + (b.device == DeviceType::cpu ? "cpu" : "cuda") + " tensors, the call's are on " +
            device_name(p.device);
+  if (std::string why = capability_reason(b, p); !why.empty()) return why;
+  // A backend that pads is asked about the padded call it will run (unbound: nothing allocated yet).
+  if (needs_head_dim_pad(b, p.head_dim)) return Direction<Problem>::supports(b, pad_call(p).problem);
   return Direction<Problem>::supports(b, p);
+}
+
+std::unique_ptr<PadCopier> pad_copier(const FwdProblem& p, Stream stream) {
+  return device_pad_copier(p.device, stream);
+}
+std::unique_ptr<PadCopier> pad_copier(const KVCacheProblem& p, Stream stream) {
+  return device_pad_copier(p.device, stream, p.workspace_allocator, p.workspace_context);
+}
+
+template <typename Problem>
+void run_on(const Backend& b, const Problem& p, Stream stream) {
+  if (!needs_head_dim_pad(b, p.head_dim)) return Direction<Problem>::run(b, p, stream);
+  std::unique_ptr<PadCopier> copier = pad_copier(p, stream);
+  run_padded(p, *copier, [&](const Problem& padded) { Direction<Problem>::run(b, padded, stream); });
 }
 
 template <typename Problem>
@@ -76,7 +102,7 @@ void dispatch(const Problem& p, const std::string& forced, Stream stream) {
       if (!why.empty())
         throw Error(Status::unsupported, std::string("flashattn::") + verb + ": backend '" + forced +
                                              "' does not support this call: " + why);
-      Direction<Problem>::run(b, p, stream);
+      run_on(b, p, stream);
       return;
     }
     std::string names;
@@ -88,7 +114,7 @@ void dispatch(const Problem& p, const std::string& forced, Stream stream) {
   for (const Backend& b : registry()) {
     std::string why = support_reason(b, p);
     if (why.empty()) {
-      Direction<Problem>::run(b, p, stream);
+      run_on(b, p, stream);
       return;
     }
     reasons += std::string("\n  ") + b.name + ": " + why;
