@@ -8,6 +8,11 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
+
+#if defined(FLASHATTN_WITH_CUDA)
+#include <cuda_runtime_api.h>
+#endif
 
 #include "api/backends.h"
 #include "api/head_dim_pad.h"
@@ -171,38 +176,86 @@ TEST(HeadDimPad, KVCachePlanCopiesAnAppendedCacheBack) {
     }
 }
 
-TEST(HeadDimPad, HostCopiesRoundTripStridedViews) {
-  // A (2, 3, 2, 5) f16 region inside a wider buffer: head stride 7, row stride 16, batch stride 50.
-  std::vector<uint16_t> caller(100);
-  for (size_t i = 0; i < caller.size(); ++i) caller[i] = uint16_t(i + 1);
+// A (2, 3, 2, 5) f16 region inside a wider buffer of 100: head stride 7, row stride 16, batch stride 50.
+struct StridedRegion {
+  std::vector<uint16_t> caller = std::vector<uint16_t>(100);
   PadPlan plan;
-  plan.dtype = DType::f16, plan.head_dim = 5, plan.padded = 8;
   PadRegion r;
-  r.caller = RowsView{caller.data(), 50, 16, 7};
-  r.batches = 2, r.rows = 3, r.heads = 2;
-  auto copier = make_host_pad_copier();
-  uint16_t* dense = static_cast<uint16_t*>(copier->allocate(2 * 3 * 2 * 8 * 2));
-  copier->pad(plan, r, dense);
+  StridedRegion() {
+    for (size_t i = 0; i < caller.size(); ++i) caller[i] = uint16_t(i + 1);
+    plan.dtype = DType::f16, plan.head_dim = 5, plan.padded = 8;
+    r.caller = RowsView{caller.data(), 50, 16, 7};
+    r.batches = 2, r.rows = 3, r.heads = 2;
+  }
+  static constexpr int64_t kPadded = 2 * 3 * 2 * 8;
+};
+
+// The padded copy holds the region's values and zero tails; copying (modified) values back writes exactly
+// the region's elements of a zeroed buffer.
+void check_round_trip(const StridedRegion& s, std::vector<uint16_t> dense, std::vector<uint16_t>& back,
+                      const std::function<void(const std::vector<uint16_t>&)>& unpad) {
   for (int64_t b = 0; b < 2; ++b)
     for (int64_t i = 0; i < 3; ++i)
       for (int64_t h = 0; h < 2; ++h)
         for (int64_t d = 0; d < 8; ++d) {
-          const uint16_t want = d < 5 ? caller[size_t(b * 50 + i * 16 + h * 7 + d)] : 0;
-          ASSERT_EQ(dense[((b * 3 + i) * 2 + h) * 8 + d], want) << b << " " << i << " " << h << " " << d;
+          const uint16_t want = d < 5 ? s.caller[size_t(b * 50 + i * 16 + h * 7 + d)] : 0;
+          ASSERT_EQ(dense[size_t(((b * 3 + i) * 2 + h) * 8 + d)], want) << b << " " << i << " " << h << " " << d;
         }
-  // Back into a zeroed buffer: exactly the region's elements come back, nothing else is written.
-  std::vector<uint16_t> back(100, 0);
-  r.caller.ptr = back.data();
-  for (int64_t e = 0; e < 2 * 3 * 2 * 8; ++e) dense[e] = uint16_t(dense[e] ^ 0x8000u);
-  copier->unpad(plan, r, dense);
+  for (uint16_t& e : dense) e = uint16_t(e ^ 0x8000u);
+  unpad(dense);
   int written = 0;
   for (size_t i = 0; i < back.size(); ++i)
     if (back[i] != 0) {
-      EXPECT_EQ(back[i], uint16_t(caller[i] ^ 0x8000u)) << i;
+      EXPECT_EQ(back[i], uint16_t(s.caller[i] ^ 0x8000u)) << i;
       ++written;
     }
   EXPECT_EQ(written, 2 * 3 * 2 * 5);
 }
+
+TEST(HeadDimPad, HostCopiesRoundTripStridedViews) {
+  StridedRegion s;
+  auto copier = make_host_pad_copier();
+  uint16_t* dense = static_cast<uint16_t*>(copier->allocate(StridedRegion::kPadded * 2));
+  copier->pad(s.plan, s.r, dense);
+  std::vector<uint16_t> back(100, 0);
+  check_round_trip(s, std::vector<uint16_t>(dense, dense + StridedRegion::kPadded), back,
+                   [&](const std::vector<uint16_t>& modified) {
+                     std::copy(modified.begin(), modified.end(), dense);
+                     PadRegion out = s.r;
+                     out.caller.ptr = back.data();
+                     copier->unpad(s.plan, out, dense);
+                   });
+}
+
+#if defined(FLASHATTN_WITH_CUDA)
+// The CUDA copier on the same strided region in device memory (skipped without a GPU).
+TEST(HeadDimPad, CudaCopiesRoundTripStridedViews) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  StridedRegion s;
+  HostTensor host(DType::f16, {100});
+  std::memcpy(host.data(), s.caller.data(), 200);
+  DeviceTensor caller(host, flashattn::Device::cuda(0));
+  PadRegion r = s.r;
+  r.caller.ptr = caller.view().data;
+  auto copier = make_cuda_pad_copier(flashattn::Device::cuda(0), nullptr);
+  void* dense = copier->allocate(StridedRegion::kPadded * 2);
+  copier->pad(s.plan, r, dense);
+  std::vector<uint16_t> got(StridedRegion::kPadded);
+  ASSERT_EQ(cudaMemcpy(got.data(), dense, got.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+  HostTensor zeros(DType::f16, {100});
+  zeros.fill(0.0);
+  DeviceTensor back_dev(zeros, flashattn::Device::cuda(0));
+  std::vector<uint16_t> back(100, 0);
+  check_round_trip(s, got, back, [&](const std::vector<uint16_t>& modified) {
+    ASSERT_EQ(cudaMemcpy(dense, modified.data(), modified.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    PadRegion out = r;
+    out.caller.ptr = back_dev.view().data;
+    copier->unpad(s.plan, out, dense);
+    const HostTensor b = back_dev.download();
+    std::memcpy(back.data(), b.data(), 200);
+  });
+}
+#endif
 
 // cpu_flash run on padded copies, as a backend without any_head_dim would be: the padded problem it
 // receives has head_dim rounded up, and results come back at the caller's width.
