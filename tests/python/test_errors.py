@@ -101,8 +101,8 @@ def test_only_one_cu_seqlens_names_the_missing_one(qkv):
         flashattn.forward(q[0], k[0], v[0], cu_seqlens_q=cu_seqlens([8]))
 
 
-def test_varlen_block_table_is_not_implemented():
-    with pytest.raises(NotImplementedError, match="block_table"):
+def test_varlen_block_table_needs_paged_keys():
+    with pytest.raises(ValueError, match=r"k: expected 4 dims \(num_blocks, page_size, heads_k, head_dim\)"):
         _varlen(block_table=np.zeros((2, 1), np.int32))()
 
 
