@@ -128,6 +128,19 @@ def forward(
     return out, lse, (seed, offset)
 
 
+def forward_paged(q, k, v, cu_seqlens_q, cu_seqlens_k, block_table, seqused_k, max_seqlen_q, max_seqlen_k, dropout_p,
+                  softmax_scale, causal, window_size, softcap, alibi_slopes, rng_state=None):
+    """flash_attn_varlen_func's forward over a paged cache and/or with seqused_k, for numpy arrays and for
+    the torch op alike: (out, softmax_lse). Forward only (no backward exists for it)."""
+    out, lse, _ = forward(
+        q, k, v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+        max_seqlen_k=max_seqlen_k, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
+        window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, rng_state=rng_state,
+        block_table=block_table, seqused_k=seqused_k,
+    )
+    return out, lse
+
+
 def backward(
     dout,
     q,

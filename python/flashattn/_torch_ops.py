@@ -348,25 +348,10 @@ def _fwd_paged_body(
     alibi_slopes: Optional[Tensor],
     rng_state: Optional[Tensor],
 ) -> Tuple[Tensor, Tensor]:
-    out, lse, _ = _ops.forward(
-        q,
-        k,
-        v,
-        cu_seqlens_q=cu_seqlens_q,
-        cu_seqlens_k=cu_seqlens_k,
-        max_seqlen_q=max_seqlen_q,
-        max_seqlen_k=max_seqlen_k,
-        dropout_p=dropout_p,
-        softmax_scale=softmax_scale,
-        causal=causal,
-        window_size=(window_left, window_right),
-        softcap=softcap,
-        alibi_slopes=alibi_slopes,
-        rng_state=_rng_pair(rng_state),
-        block_table=block_table,
-        seqused_k=seqused_k,
+    return _ops.forward_paged(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, block_table, seqused_k, max_seqlen_q, max_seqlen_k, dropout_p,
+        softmax_scale, causal, (window_left, window_right), softcap, alibi_slopes, _rng_pair(rng_state),
     )
-    return out, lse
 
 
 # The varlen forward over a paged cache (block_table) or with seqused_k: flash-attn has no backward for it

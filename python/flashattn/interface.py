@@ -86,13 +86,10 @@ def _paged_attention(
             softmax_scale, causal, window_size, softcap, alibi_slopes,
         )
     framework(q)
-    out, lse, _ = _ops.forward(
-        q, k, v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
-        max_seqlen_k=max_seqlen_k, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
-        window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, block_table=block_table,
-        seqused_k=seqused_k,
+    return _ops.forward_paged(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, block_table, seqused_k, max_seqlen_q, max_seqlen_k, dropout_p,
+        softmax_scale, causal, window_size, softcap, alibi_slopes,
     )
-    return out, lse
 
 
 def _result(out, lse, return_attn_probs):
