@@ -157,6 +157,14 @@ def test_torch_paged_forward_and_no_gradient():
                                               kw["seqused_k"], max(LQ), max(LK), 0.0, None, True, -1, -1, 0.0,
                                               None, None)
     assert torch.equal(op_out, out)
+    # The op's schema and fake implementation hold under opcheck, and torch.compile traces it as one op.
+    op_args = (tq.detach(), args[0], args[1], args[2], args[3], kw["block_table"], kw["seqused_k"], max(LQ), max(LK),
+               0.0, None, True, -1, -1, 0.0, None, None)
+    torch.library.opcheck(torch.ops.flashattn.fwd_paged.default, op_args,
+                          test_utils=("test_schema", "test_faketensor"))
+    compiled = torch.compile(lambda *a: flashattn.flash_attn_varlen_func(*a, **kw), fullgraph=True)
+    with torch.no_grad():
+        assert torch.equal(compiled(tq.detach(), *args), out)
     # With gradients recorded the forward runs; the backward says it does not exist (as flash-attn's).
     out = flashattn.flash_attn_varlen_func(tq, *args, **kw)
     with pytest.raises(NotImplementedError, match="block_table / seqused_k"):
