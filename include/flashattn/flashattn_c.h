@@ -50,6 +50,10 @@ typedef struct flashattn_fwd_params {
   flashattn_options options;
   float dropout_p;
   uint64_t seed, offset;
+  /* Varlen forward only (FwdParams in params.h): paged K/V (k/v then (num_blocks, page_size, heads_k,
+     head_dim), block_table int32 (batch, max_blocks_per_seq)) and per-sequence key counts (int32 (batch)).
+     Absent (ndim 0) otherwise; backward refuses both. */
+  flashattn_tensor block_table, seqused_k;
 } flashattn_fwd_params;
 
 typedef struct flashattn_bwd_params {

@@ -29,7 +29,8 @@ struct AttentionOptions {
 };
 
 // Forward of exact attention. Dense layout: q (B, Sq, H, D), k/v (B, Sk, Hk, D), out like q.
-// Varlen layout (cu_seqlens_q/k present): q (total_q, H, D), k/v (total_k, Hk, D).
+// Varlen layout (cu_seqlens_q/k present): q (total_q, H, D), k/v (total_k, Hk, D), or paged K/V (below).
+// D is any head dim from 1 to 256.
 struct FwdParams {
   Tensor q, k, v;
   Tensor out;                         // written: same shape and dtype as q
@@ -41,10 +42,18 @@ struct FwdParams {
   // same keep mask on every backend, so backward replays it. Must be in [0, 1).
   float dropout_p = 0.0f;
   uint64_t seed = 0, offset = 0;
+  // Varlen forward only (flash-attn's varlen_fwd): K/V read from a paged cache. k/v are then (num_blocks,
+  // page_size, Hk, D), any page_size >= 1, and key j of sequence b is row j % page_size of block
+  // block_table[b][j / page_size]; cu_seqlens_k then only gives the key counts. int32 (B, max_blocks).
+  Tensor block_table;
+  // Varlen forward only: int32 (B); when present, sequence b attends to its first seqused_k[b] keys instead
+  // of cu_seqlens_k[b + 1] - cu_seqlens_k[b] (the masks align to that count), as flash-attn's and vLLM's.
+  Tensor seqused_k;
 };
 
 // Backward. Reads q, k, v, out, softmax_lse (required) and dout; writes dq, dk, dv (like q, k, v).
-// For GQA, dk/dv are summed over the query heads of each kv head.
+// For GQA, dk/dv are summed over the query heads of each kv head. block_table and seqused_k must be absent
+// (flash-attn has no backward for them either).
 struct BwdParams : FwdParams {
   Tensor dout;
   Tensor dq, dk, dv;

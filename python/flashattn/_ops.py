@@ -87,6 +87,8 @@ def forward(
     alibi_slopes=None,
     rng_state=None,
     backend=None,
+    block_table=None,
+    seqused_k=None,
 ):
     """Attention forward without autograd. Returns (out, softmax_lse, rng_state).
 
@@ -96,6 +98,8 @@ def forward(
     seqlen_q) or (heads, total_q). rng_state is the (seed, offset) of dropout: pass it to `backward`
     (a fresh seed is drawn from the framework's global generator when dropout_p > 0 and none is given).
     `backend` forces a backend by name (see list_backends()); None lets the dispatcher choose.
+    Varlen only: block_table int32 (batch, max_blocks) reads k/v as a paged cache (num_blocks, page_size,
+    heads_k, head_dim); seqused_k int32 (batch) gives each sequence's key count (flash-attn / vLLM).
     """
     q, k, v = (last_dim_contiguous(x) for x in (q, k, v))
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
@@ -117,9 +121,24 @@ def forward(
         seed=seed,
         offset=offset,
         stream=stream_of(q),
+        block_table=native(block_table),
+        seqused_k=native(seqused_k),
         **_options(softmax_scale, causal, window_size, softcap, alibi_slopes, backend),
     )
     return out, lse, (seed, offset)
+
+
+def forward_paged(q, k, v, cu_seqlens_q, cu_seqlens_k, block_table, seqused_k, max_seqlen_q, max_seqlen_k, dropout_p,
+                  softmax_scale, causal, window_size, softcap, alibi_slopes, rng_state=None):
+    """flash_attn_varlen_func's forward over a paged cache and/or with seqused_k, for numpy arrays and for
+    the torch op alike: (out, softmax_lse). Forward only (no backward exists for it)."""
+    out, lse, _ = forward(
+        q, k, v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+        max_seqlen_k=max_seqlen_k, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
+        window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, rng_state=rng_state,
+        block_table=block_table, seqused_k=seqused_k,
+    )
+    return out, lse
 
 
 def backward(
@@ -259,6 +278,8 @@ def query_backends(
     alibi_slopes=None,
     deterministic=False,
     backend=None,
+    block_table=None,
+    seqused_k=None,
 ):
     """How each backend answers a forward (direction='forward') or backward ('backward') call with these
     arguments: a list of dicts {name, device, supported, chosen, reason}. Nothing is computed; arguments
@@ -276,7 +297,8 @@ def query_backends(
         **_options(softmax_scale, causal, window_size, softcap, alibi_slopes, backend),
     )
     if direction == "forward":
-        return _C.query_fwd(native(q), native(k), native(v), native(out), native(lse), **common)
+        paged = dict(block_table=native(block_table), seqused_k=native(seqused_k))
+        return _C.query_fwd(native(q), native(k), native(v), native(out), native(lse), **paged, **common)
     if direction == "backward":
         dout, dq, dk, dv = empty_like(q), empty_like(q), empty_like(k), empty_like(v)
         inputs = (dout, q, k, v, out, lse, dq, dk, dv)

@@ -329,6 +329,84 @@ def _fwd_kvcache_fake(
     return q.new_empty(q.shape), _empty_lse(q, varlen=False)  # contiguous, as the real op's out
 
 
+def _fwd_paged_body(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    cu_seqlens_q: Tensor,
+    cu_seqlens_k: Tensor,
+    block_table: Optional[Tensor],
+    seqused_k: Optional[Tensor],
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    dropout_p: float,
+    softmax_scale: Optional[float],
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    alibi_slopes: Optional[Tensor],
+    rng_state: Optional[Tensor],
+) -> Tuple[Tensor, Tensor]:
+    return _ops.forward_paged(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, block_table, seqused_k, max_seqlen_q, max_seqlen_k, dropout_p,
+        softmax_scale, causal, (window_left, window_right), softcap, alibi_slopes, _rng_pair(rng_state),
+    )
+
+
+# The varlen forward over a paged cache (block_table) or with seqused_k: flash-attn has no backward for it
+# (the library refuses both in backward), so the op's autograd says so when a gradient reaches it.
+fwd_paged = torch.library.custom_op("flashattn::fwd_paged", mutates_args=())(_fwd_paged_body)
+
+
+@fwd_paged.register_fake
+def _fwd_paged_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, block_table, seqused_k, *options):
+    return q.new_empty(q.shape), _empty_lse(q, varlen=True)
+
+
+def _fwd_paged_backward(ctx, dout, dlse):
+    raise NotImplementedError(
+        "flashattn.flash_attn_varlen_func: block_table / seqused_k: the forward over a paged cache has no "
+        "backward (as in flash-attn); call it without gradients"
+    )
+
+
+fwd_paged.register_autograd(_fwd_paged_backward, setup_context=lambda ctx, inputs, output: None)
+
+
+def attention_paged(
+    q, k, v, cu_seqlens_q, cu_seqlens_k, block_table, seqused_k, max_seqlen_q, max_seqlen_k, dropout_p,
+    softmax_scale, causal, window_size, softcap, alibi_slopes,
+):
+    """(out, softmax_lse) of a varlen forward with block_table and/or seqused_k, through flashattn::fwd_paged."""
+    q, k, v = (last_dim_contiguous(x) for x in (q, k, v))
+    left, right = _ops.window_pair(window_size)
+    if max_seqlen_q is None or max_seqlen_k is None:
+        max_seqlen_q, max_seqlen_k = _ops._varlen_bounds(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    args = (
+        q,
+        k,
+        v,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        block_table,
+        seqused_k,
+        int(max_seqlen_q),
+        int(max_seqlen_k),
+        float(dropout_p),
+        None if softmax_scale is None else float(softmax_scale),
+        bool(causal),
+        left,
+        right,
+        float(softcap),
+        alibi_slopes,
+        _draw_rng_state() if dropout_p > 0 else None,
+    )
+    tensors = [a for a in args if isinstance(a, Tensor)]
+    records_grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+    return _fwd_paged_body(*args) if not records_grad and _direct_call(*tensors) else fwd_paged(*args)
+
+
 def attention(
     q,
     k,

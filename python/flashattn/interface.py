@@ -73,6 +73,25 @@ def _attention(
     return out, lse
 
 
+def _paged_attention(
+    q, k, v, cu_seqlens_q, cu_seqlens_k, block_table, seqused_k, max_seqlen_q, max_seqlen_k, dropout_p,
+    softmax_scale, causal, window_size, softcap, alibi_slopes,
+):
+    """The varlen forward over a paged cache and/or with seqused_k (forward only, as in flash-attn)."""
+    if is_torch(q):
+        from . import _torch_ops
+
+        return _torch_ops.attention_paged(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, block_table, seqused_k, max_seqlen_q, max_seqlen_k, dropout_p,
+            softmax_scale, causal, window_size, softcap, alibi_slopes,
+        )
+    framework(q)
+    return _ops.forward_paged(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, block_table, seqused_k, max_seqlen_q, max_seqlen_k, dropout_p,
+        softmax_scale, causal, window_size, softcap, alibi_slopes,
+    )
+
+
 def _result(out, lse, return_attn_probs):
     return (out, lse, None) if return_attn_probs else out
 
@@ -159,19 +178,24 @@ def flash_attn_varlen_func(
     deterministic=False,
     return_attn_probs=False,
     block_table=None,
+    seqused_k=None,
 ):
     """Attention over sequences of different lengths packed without padding.
 
     q (total_q, heads, head_dim), k/v (total_k, heads_k, head_dim); cu_seqlens_q/k int32 (batch + 1)
     cumulative lengths; max_seqlen_q/k the longest lengths. Masks are aligned per sequence. Returns out
     (total_q, heads, head_dim), or (out, softmax_lse (heads, total_q), None) with return_attn_probs=True.
-    block_table (a paged KV cache) is not supported here: use flash_attn_with_kvcache for paged caches.
+    block_table int32 (batch, max_blocks): k/v are a paged cache (num_blocks, page_size, heads_k, head_dim),
+    key j of sequence b in block block_table[b, j // page_size], any page_size; cu_seqlens_k then only
+    gives the key counts. seqused_k int32 (batch) (flash-attn's C++ varlen_fwd and vLLM's argument, a
+    keyword here): sequence b attends to its first seqused_k[b] keys. Both are forward only (no gradient).
     """
-    if block_table is not None:
-        raise NotImplementedError(
-            "flashattn.flash_attn_varlen_func: block_table: paged K/V is supported by flash_attn_with_kvcache "
-            "only; expected None"
+    if block_table is not None or seqused_k is not None:
+        out, lse = _paged_attention(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, block_table, seqused_k, max_seqlen_q, max_seqlen_k, dropout_p,
+            softmax_scale, causal, window_size, softcap, alibi_slopes,
         )
+        return _result(out, lse, return_attn_probs)
     out, lse = _attention(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
         window_size, softcap, alibi_slopes, deterministic,

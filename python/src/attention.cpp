@@ -19,7 +19,8 @@ template <typename Action>
 auto fwd_entry(InArray q, InArray k, InArray v, OutArray out, OutArray softmax_lse, InArray cu_seqlens_q,
                InArray cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k, std::optional<float> softmax_scale,
                bool causal, int window_left, int window_right, InArray alibi_slopes, float softcap, float dropout_p,
-               uint64_t seed, uint64_t offset, const std::string& backend, uintptr_t stream) {
+               uint64_t seed, uint64_t offset, const std::string& backend, uintptr_t stream, InArray block_table,
+               InArray seqused_k) {
   FwdParams p;
   p.q = to_tensor(q, kFwd, "q");
   p.k = to_tensor(k, kFwd, "k");
@@ -34,6 +35,8 @@ auto fwd_entry(InArray q, InArray k, InArray v, OutArray out, OutArray softmax_l
   p.dropout_p = dropout_p;
   p.seed = seed;
   p.offset = offset;
+  p.block_table = to_tensor(block_table, kFwd, "block_table");
+  p.seqused_k = to_tensor(seqused_k, kFwd, "seqused_k");
   return Action::apply(p, stream);
 }
 
@@ -72,7 +75,8 @@ void def_fwd(nb::module_& m, const char* name, Func f, const char* doc) {
         "cu_seqlens_q"_a.none() = nb::none(), "cu_seqlens_k"_a.none() = nb::none(), "max_seqlen_q"_a = 0,
         "max_seqlen_k"_a = 0, "softmax_scale"_a.none() = nb::none(), "causal"_a = false, "window_left"_a = -1,
         "window_right"_a = -1, "alibi_slopes"_a.none() = nb::none(), "softcap"_a = 0.0f, "dropout_p"_a = 0.0f,
-        "seed"_a = 0, "offset"_a = 0, "backend"_a = "", "stream"_a = 0, doc);
+        "seed"_a = 0, "offset"_a = 0, "backend"_a = "", "stream"_a = 0, "block_table"_a.none() = nb::none(),
+        "seqused_k"_a.none() = nb::none(), doc);
 }
 
 template <typename Func>
@@ -89,7 +93,8 @@ void def_bwd(nb::module_& m, const char* name, Func f, const char* doc) {
 void bind_attention(nb::module_& m) {
   def_fwd(m, "fwd", &fwd_entry<RunCall>,
           "flashattn::forward: writes out (and softmax_lse when given) on `stream` (a cudaStream_t as int, "
-          "0 = default). Dense q (B, Sq, H, D), k/v (B, Sk, Hk, D); varlen (total, H, D) with cu_seqlens.");
+          "0 = default). Dense q (B, Sq, H, D), k/v (B, Sk, Hk, D); varlen (total, H, D) with cu_seqlens, "
+          "k/v paged (num_blocks, page_size, Hk, D) with block_table, and seqused_k.");
   def_fwd(m, "query_fwd", &fwd_entry<QueryCall>,
           "Validates fwd's arguments and returns each backend's answer (dicts); nothing is written, stream is unused.");
   def_bwd(m, "bwd", &bwd_entry<RunCall>,

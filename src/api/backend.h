@@ -21,7 +21,17 @@ struct Backend {
   void (*run_bwd)(const BwdProblem&, Stream) = nullptr;
   std::string (*supports_kvcache)(const KVCacheProblem&) = nullptr;
   void (*run_kvcache)(const KVCacheProblem&, Stream) = nullptr;
+  // Capabilities the dispatcher checks before asking supports_* (so a backend that predates a feature
+  // declines it with a reason instead of misreading the problem):
+  // runs head dims that are not multiples of 8 itself; otherwise the dispatcher pads them (head_dim_pad.h)
+  bool any_head_dim = false;
+  // reads paged K/V (FwdProblem::paged) and seqused_k in forward
+  bool paged_varlen_fwd = false;
 };
+
+// Why `b` cannot run `p` whatever its supports_* says (a feature its table does not declare), or "".
+std::string capability_reason(const Backend& b, const FwdProblem& p);
+std::string capability_reason(const Backend& b, const KVCacheProblem& p);
 
 // Every backend compiled in, in preference order: dispatch takes the first that supports a call.
 const std::vector<Backend>& registry();

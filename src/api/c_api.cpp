@@ -64,6 +64,8 @@ void fill_fwd(flashattn::FwdParams& out, const flashattn_fwd_params& p) {
   out.dropout_p = p.dropout_p;
   out.seed = p.seed;
   out.offset = p.offset;
+  out.block_table = to_tensor(p.block_table, "block_table");
+  out.seqused_k = to_tensor(p.seqused_k, "seqused_k");
 }
 
 template <typename F>

@@ -3,12 +3,21 @@
 #include <string>
 
 #include "api/backend.h"
+#include "api/head_dim_pad.h"
 #include "api/validate.h"
 #include "flashattn/api.h"
 
 namespace flashattn {
 
 namespace detail {
+
+std::string capability_reason(const Backend& b, const FwdProblem& p) {
+  if (!b.paged_varlen_fwd && p.paged_kv()) return "paged K/V (block_table) in a varlen forward not implemented";
+  if (!b.paged_varlen_fwd && p.seqused_k) return "seqused_k in a varlen forward not implemented";
+  return {};
+}
+std::string capability_reason(const Backend&, const KVCacheProblem&) { return {}; }
+
 namespace {
 
 // Per direction: how to ask a backend whether it supports a problem, and how to run it.
@@ -42,20 +51,32 @@ struct Direction<KVCacheProblem> {
   static void run(const Backend& b, const KVCacheProblem& p, Stream s) { b.run_kvcache(p, s); }
 };
 
-// Runs `p` on `b`. A call without heads has no element to read or write, and kernels cannot launch the
-// empty grids it would give, so no backend is asked to run it (the choice and its errors stay the same).
-template <typename Problem>
-void run(const Backend& b, const Problem& p, Stream s) {
-  if (p.heads == 0) return;
-  Direction<Problem>::run(b, p, s);
-}
-
 template <typename Problem>
 std::string support_reason(const Backend& b, const Problem& p) {
   if (b.device != p.device.type)
     return std::string("runs on ") + (b.device == DeviceType::cpu ? "cpu" : "cuda") + " tensors, the call's are on " +
            device_name(p.device);
+  if (std::string why = capability_reason(b, p); !why.empty()) return why;
+  // A backend that pads is asked about the padded call it will run (unbound: nothing allocated yet).
+  if (needs_head_dim_pad(b, p.head_dim)) return Direction<Problem>::supports(b, pad_call(p).problem);
   return Direction<Problem>::supports(b, p);
+}
+
+std::unique_ptr<PadCopier> pad_copier(const FwdProblem& p, Stream stream) {
+  return device_pad_copier(p.device, stream);
+}
+std::unique_ptr<PadCopier> pad_copier(const KVCacheProblem& p, Stream stream) {
+  return device_pad_copier(p.device, stream, p.workspace_allocator, p.workspace_context);
+}
+
+// Runs `p` on `b`. A call without heads has no element to read or write, and kernels cannot launch the
+// empty grids it would give, so no backend is asked to run it (the choice and its errors stay the same).
+template <typename Problem>
+void run_on(const Backend& b, const Problem& p, Stream stream) {
+  if (p.heads == 0) return;
+  if (!needs_head_dim_pad(b, p.head_dim)) return Direction<Problem>::run(b, p, stream);
+  std::unique_ptr<PadCopier> copier = pad_copier(p, stream);
+  run_padded(p, *copier, [&](const Problem& padded) { Direction<Problem>::run(b, padded, stream); });
 }
 
 template <typename Problem>
@@ -84,7 +105,7 @@ void dispatch(const Problem& p, const std::string& forced, Stream stream) {
       if (!why.empty())
         throw Error(Status::unsupported, std::string("flashattn::") + verb + ": backend '" + forced +
                                              "' does not support this call: " + why);
-      run(b, p, stream);
+      run_on(b, p, stream);
       return;
     }
     std::string names;
@@ -96,7 +117,7 @@ void dispatch(const Problem& p, const std::string& forced, Stream stream) {
   for (const Backend& b : registry()) {
     std::string why = support_reason(b, p);
     if (why.empty()) {
-      run(b, p, stream);
+      run_on(b, p, stream);
       return;
     }
     reasons += std::string("\n  ") + b.name + ": " + why;

@@ -53,6 +53,17 @@ struct DropoutParams {
   uint64_t offset = 0;
 };
 
+// Paged K/V of a varlen forward: key j of sequence b lives in block
+// block_table[b * block_table_stride + j / page_size], row j % page_size; the k/v RowsViews' batch_stride is
+// then the stride between blocks.
+struct PagedKeys {
+  const int32_t* block_table = nullptr;  // nullptr: K/V are not paged
+  int64_t block_table_stride = 0;
+  int64_t page_size = 0;
+  int64_t num_blocks = 0;
+  int64_t capacity = 0;  // max_blocks_per_seq * page_size: keys a sequence can address
+};
+
 struct FwdProblem {
   DType dtype = DType::f32;
   Device device{};
@@ -66,8 +77,11 @@ struct FwdProblem {
   LseView lse;
   ScoreParams score;
   DropoutParams dropout;
+  PagedKeys paged;                     // varlen forward only
+  const int32_t* seqused_k = nullptr;  // varlen forward only: (batch) keys per sequence, or nullptr
 
   bool varlen() const { return cu_seqlens_q != nullptr; }
+  bool paged_kv() const { return paged.block_table != nullptr; }
   int64_t group_size() const { return heads / heads_k; }  // query heads per kv head
 };
 

@@ -7,6 +7,11 @@ namespace flashattn::detail {
 BwdProblem make_bwd_problem(const BwdParams& p) {
   ArgChecker c("flashattn::backward");
   BwdProblem pr;
+  // Neither has a backward in flash-attn: a paged cache is an inference layout.
+  if (p.block_table.present())
+    c.fail("block_table", "none (backward does not support paged K/V, as flash-attn's)", "a tensor");
+  if (p.seqused_k.present())
+    c.fail("seqused_k", "none (backward takes the key counts from cu_seqlens_k, as flash-attn's)", "a tensor");
   static_cast<FwdProblem&>(pr) = make_fwd_core(c, p);
   check_out_like_q(c, p.out, "out", p.q);
   pr.out = rows_view(p.out);

@@ -6,8 +6,8 @@
 namespace flashattn::detail {
 
 void check_head_dim(const ArgChecker& c, const char* name, int64_t head_dim) {
-  if (head_dim <= 0 || head_dim % 8 != 0 || head_dim > kMaxHeadDim)
-    c.fail(name, "head_dim (last dim) a multiple of 8 in [8, 256]", std::to_string(head_dim));
+  if (head_dim <= 0 || head_dim > kMaxHeadDim)
+    c.fail(name, "head_dim (last dim) in [1, 256]", std::to_string(head_dim));
 }
 
 void check_heads(const ArgChecker& c, int64_t heads, int64_t heads_k, const char* k_name) {

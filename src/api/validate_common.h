@@ -10,7 +10,8 @@ namespace flashattn::detail {
 
 constexpr int64_t kMaxHeadDim = 256;
 
-// head_dim must be a positive multiple of 8, at most kMaxHeadDim.
+// head_dim must be in [1, kMaxHeadDim]. Backends that need a multiple of 8 get one through padding
+// (head_dim_pad.h), so the caller's width is never restricted further.
 void check_head_dim(const ArgChecker& c, const char* name, int64_t head_dim);
 // heads must be a positive multiple of heads_k.
 void check_heads(const ArgChecker& c, int64_t heads, int64_t heads_k, const char* k_name);

@@ -3,13 +3,14 @@
 #include "api/validate.h"
 #include "api/validate_common.h"
 #include "api/validate_fwd_core.h"
+#include "api/validate_paged_varlen.h"
 
 namespace flashattn::detail {
 
 namespace {
 
-// Checks the values of cu_seqlens on the host: starts at 0, non-decreasing, ends at `total`, and no
-// sequence longer than `max_seqlen`.
+// Checks the values of cu_seqlens on the host: starts at 0, non-decreasing, ends at `total` (unless it is
+// -1: the offsets of a paged cache address nothing), and no sequence longer than `max_seqlen`.
 void check_cu_seqlens_values(const ArgChecker& c, const Tensor& cu, const char* name, int64_t total, int64_t max_seqlen,
                              const char* max_name) {
   const int32_t* v = static_cast<const int32_t*>(cu.data);
@@ -24,7 +25,7 @@ void check_cu_seqlens_values(const ArgChecker& c, const Tensor& cu, const char* 
       c.fail(name, std::string("sequence lengths <= ") + max_name + " = " + std::to_string(max_seqlen),
              "length " + std::to_string(v[i] - v[i - 1]) + " for sequence " + std::to_string(i - 1));
   }
-  if (v[n - 1] != total)
+  if (total >= 0 && v[n - 1] != total)
     c.fail(name, "cu_seqlens[batch] equal to the number of rows (" + std::to_string(total) + ")",
            std::to_string(v[n - 1]));
 }
@@ -37,15 +38,21 @@ FwdProblem make_fwd_core(const ArgChecker& c, const FwdParams& p) {
   if (varlen && !(p.cu_seqlens_q.present() && p.cu_seqlens_k.present()))
     c.fail(p.cu_seqlens_q.present() ? "cu_seqlens_k" : "cu_seqlens_q",
            "both cu_seqlens_q and cu_seqlens_k for varlen attention", "only one of them");
+  const bool paged = p.block_table.present();
+  if (!varlen && (paged || p.seqused_k.present()))
+    c.fail(paged ? "block_table" : "seqused_k", "a varlen call (cu_seqlens_q and cu_seqlens_k given)", "a dense call");
   const int rank = varlen ? 3 : 4;
+  const int k_rank = paged ? 4 : rank;
   const char* q_dims = varlen ? "(total_q, heads, head_dim)" : "(batch, seqlen_q, heads, head_dim)";
-  const char* k_dims = varlen ? "(total_k, heads_k, head_dim)" : "(batch, seqlen_k, heads_k, head_dim)";
+  const char* k_dims = paged    ? kPagedKeyDims
+                       : varlen ? "(total_k, heads_k, head_dim)"
+                                : "(batch, seqlen_k, heads_k, head_dim)";
 
   c.tensor(p.q, "q", rank, q_dims);
   c.float_dtype(p.q, "q");
   c.device_index(p.q, "q");
-  c.tensor(p.k, "k", rank, k_dims);
-  c.tensor(p.v, "v", rank, k_dims);
+  c.tensor(p.k, "k", k_rank, k_dims);
+  c.tensor(p.v, "v", k_rank, k_dims);
   c.same_dtype(p.k, "k", p.q.dtype, "q");
   c.same_dtype(p.v, "v", p.q.dtype, "q");
   c.device(p.k, "k", p.q.device, "q");
@@ -55,15 +62,20 @@ FwdProblem make_fwd_core(const ArgChecker& c, const FwdParams& p) {
   pr.device = p.q.device;
   pr.head_dim = p.q.shape[rank - 1];
   pr.heads = p.q.shape[rank - 2];
-  pr.heads_k = p.k.shape[rank - 2];
+  pr.heads_k = p.k.shape[k_rank - 2];
   check_head_dim(c, "q", pr.head_dim);
   check_heads(c, pr.heads, pr.heads_k, "k");
 
   if (varlen) {
     pr.total_q = p.q.shape[0];
-    pr.total_k = p.k.shape[0];
-    c.shape(p.k, "k", {pr.total_k, pr.heads_k, pr.head_dim}, k_dims);
-    c.shape(p.v, "v", {pr.total_k, pr.heads_k, pr.head_dim}, "(total_k, heads_k, head_dim) (same as k)");
+    if (paged) {
+      pr.paged = paged_keys(c, p, pr);
+      pr.total_k = pr.paged.num_blocks * pr.paged.page_size;
+    } else {
+      pr.total_k = p.k.shape[0];
+      c.shape(p.k, "k", {pr.total_k, pr.heads_k, pr.head_dim}, k_dims);
+      c.shape(p.v, "v", {pr.total_k, pr.heads_k, pr.head_dim}, "(total_k, heads_k, head_dim) (same as k)");
+    }
     auto check_cu = [&](const Tensor& cu, const char* name) {
       c.tensor(cu, name, 1, "(batch + 1)");
       c.dtype(cu, name, DType::i32);
@@ -80,12 +92,17 @@ FwdProblem make_fwd_core(const ArgChecker& c, const FwdParams& p) {
     if (p.max_seqlen_k < 0) c.fail("max_seqlen_k", "a value >= 0", std::to_string(p.max_seqlen_k));
     pr.seqlen_q = p.max_seqlen_q;
     pr.seqlen_k = p.max_seqlen_k;
+    if (paged && p.block_table.shape[0] != pr.batch)
+      c.fail("block_table", "shape [" + std::to_string(pr.batch) + ", max_blocks_per_seq] (batch of cu_seqlens_q)",
+             "shape " + shape_string(p.block_table));
+    pr.seqused_k = seqused_keys(c, p.seqused_k, pr);
     if (pr.device.type == DeviceType::cpu) {
       check_cu_seqlens_values(c, p.cu_seqlens_q, "cu_seqlens_q", pr.total_q, pr.seqlen_q, "max_seqlen_q");
-      check_cu_seqlens_values(c, p.cu_seqlens_k, "cu_seqlens_k", pr.total_k, pr.seqlen_k, "max_seqlen_k");
+      check_cu_seqlens_values(c, p.cu_seqlens_k, "cu_seqlens_k", paged ? -1 : pr.total_k, pr.seqlen_k, "max_seqlen_k");
     }
     pr.cu_seqlens_q = static_cast<const int32_t*>(p.cu_seqlens_q.data);
     pr.cu_seqlens_k = static_cast<const int32_t*>(p.cu_seqlens_k.data);
+    if (pr.device.type == DeviceType::cpu) check_key_counts(c, p, pr);
   } else {
     pr.batch = p.q.shape[0];
     pr.seqlen_q = p.q.shape[1];

@@ -70,14 +70,23 @@ struct SeqRange {
   int64_t q_start = 0, sq = 0, k_start = 0, sk = 0;
 };
 
+// With seqused_k the sequence's key count is seqused_k[b]; with paged K/V its keys start at position 0 of
+// its block table (key_offset below), so k_start is 0.
 FA_HD SeqRange seq_range(const FwdProblem& p, int64_t b) {
   if (p.cu_seqlens_q == nullptr) return SeqRange{0, p.seqlen_q, 0, p.seqlen_k};
   SeqRange r;
   r.q_start = p.cu_seqlens_q[b];
   r.sq = p.cu_seqlens_q[b + 1] - r.q_start;
-  r.k_start = p.cu_seqlens_k[b];
-  r.sk = p.cu_seqlens_k[b + 1] - r.k_start;
+  r.k_start = p.paged.block_table ? 0 : p.cu_seqlens_k[b];
+  r.sk = p.seqused_k ? p.seqused_k[b] : p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b];
   return r;
+}
+
+// Element offset of (key j of sequence b, kv head h, dim 0) in k or v (`kv`: p.k or p.v), r = seq_range(p, b).
+FA_HD int64_t key_offset(const FwdProblem& p, const RowsView& kv, const SeqRange& r, int64_t b, int64_t j, int64_t h) {
+  if (!p.paged.block_table) return kv.offset(b, r.k_start + j, h);
+  const int64_t block = p.paged.block_table[b * p.paged.block_table_stride + j / p.paged.page_size];
+  return block * kv.batch_stride + (j % p.paged.page_size) * kv.row_stride + h * kv.head_stride;
 }
 
 }  // namespace flashattn::detail

@@ -50,6 +50,45 @@ TEST(CApi, ForwardMatchesCppApi) {
   EXPECT_STREQ(flashattn_last_error(), "");
 }
 
+// A paged varlen forward with seqused_k (vLLM's call) through the C API: the C++ API's bits.
+TEST(CApi, PagedVarlenForwardMatchesCppApi) {
+  AttnConfig c;
+  c.dtype = DType::f16;
+  c.head_dim = 59;
+  c.varlen_q = {1, 12, 3};
+  c.varlen_k = {20, 12, 7};
+  c.page_size = 4;
+  c.seqused_k = true;
+  c.causal = true;
+  const AttnInputs in = make_inputs(c, 13);
+  const FwdOutputs cpp = run_forward(in, "", Device::cpu());
+  HostTensor out(c.dtype, in.q.shape()), lse(DType::f32, {c.heads, in.q.shape()[0]});
+  flashattn_fwd_params p;
+  flashattn_fwd_params_init(&p);
+  p.q = to_c(in.q.view());
+  p.k = to_c(in.call_k.view());
+  p.v = to_c(in.call_v.view());
+  p.out = to_c(out.view());
+  p.softmax_lse = to_c(lse.view());
+  p.cu_seqlens_q = to_c(in.cu_seqlens_q.view());
+  p.cu_seqlens_k = to_c(in.call_cu_seqlens_k.view());
+  p.max_seqlen_q = in.max_seqlen_q;
+  p.max_seqlen_k = in.call_max_seqlen_k;
+  p.block_table = to_c(in.block_table.view());
+  p.seqused_k = to_c(in.seqused_k.view());
+  p.options.causal = 1;
+  ASSERT_EQ(flashattn_forward(&p, nullptr), FLASHATTN_OK) << flashattn_last_error();
+  EXPECT_EQ(std::memcmp(out.data(), cpp.out.data(), out.nbytes()), 0);
+  EXPECT_EQ(std::memcmp(lse.data(), cpp.lse.data(), lse.nbytes()), 0);
+  // Backward refuses a block table.
+  flashattn_bwd_params b;
+  flashattn_bwd_params_init(&b);
+  b.fwd = p;
+  EXPECT_EQ(flashattn_backward(&b, nullptr), FLASHATTN_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(flashattn_last_error()).find("block_table: expected none"), std::string::npos)
+      << flashattn_last_error();
+}
+
 TEST(CApi, BadArgumentReturnsStatusAndMessage) {
   const AttnInputs in = make_inputs(AttnConfig{}, 12);
   HostTensor out(in.cfg.dtype, in.q.shape());

@@ -22,13 +22,17 @@ struct FwdFixture {
   flashattn::BwdParams p;  // a superset of FwdParams, so one fixture serves both directions
   HostTensor dq, dk, dv;
 
-  explicit FwdFixture(bool varlen = false) {
+  // page_size > 0 or seqused: a varlen forward with paged keys (pages of 2: block_table (2, 3), 6 blocks)
+  // or seqused_k (attention_case.h).
+  explicit FwdFixture(bool varlen = false, int64_t page_size = 0, bool seqused = false) {
     AttnConfig c;
     c.dtype = DType::f16;
     c.batch = 2, c.seqlen_q = 5, c.seqlen_k = 7, c.heads = 4, c.heads_k = 2, c.head_dim = 16;
     if (varlen) {
       c.varlen_q = {2, 3};
       c.varlen_k = {4, 3};
+      c.page_size = page_size;
+      c.seqused_k = seqused;
     }
     in = make_inputs(c, 1);
     out = HostTensor(c.dtype, in.q.shape());
@@ -51,6 +55,14 @@ struct FwdFixture {
       p.cu_seqlens_k = in.cu_seqlens_k.view();
       p.max_seqlen_q = 3;
       p.max_seqlen_k = 4;
+    }
+    if (in.call_k.present()) {
+      p.k = in.call_k.view();
+      p.v = in.call_v.view();
+      p.cu_seqlens_k = in.call_cu_seqlens_k.view();
+      p.max_seqlen_k = in.call_max_seqlen_k;
+      p.block_table = in.block_table.view();
+      p.seqused_k = in.seqused_k.view();
     }
   }
 
@@ -98,10 +110,10 @@ FWD_ERROR_TEST(HeadsNotDivisible, false, (p.k.shape[2] = 3, p.v.shape[2] = 3), S
                "k:", "heads_k dividing the query heads (4)", "heads_k = 3")
 FWD_ERROR_TEST(KvHeadsWithoutQueryHeads, false, (p.q.shape[2] = 0, p.out.shape[2] = 0, p.softmax_lse.shape[1] = 0),
                Status::invalid_argument, "k:", "heads_k = 0 when q has no heads", "heads_k = 2")
-FWD_ERROR_TEST(HeadDimNotMultipleOf8, false, (p.q.shape[3] = 12), Status::invalid_argument,
-               "q:", "multiple of 8 in [8, 256]", "got 12")
-FWD_ERROR_TEST(HeadDimTooLarge, false, (p.q.shape[3] = 264), Status::invalid_argument,
-               "q:", "multiple of 8 in [8, 256]", "got 264")
+FWD_ERROR_TEST(HeadDimZero, false, (p.q.shape[3] = 0), Status::invalid_argument,
+               "q:", "head_dim (last dim) in [1, 256]", "got 0")
+FWD_ERROR_TEST(HeadDimTooLarge, false, (p.q.shape[3] = 257), Status::invalid_argument,
+               "q:", "head_dim (last dim) in [1, 256]", "got 257")
 FWD_ERROR_TEST(KeyBatchMismatch, false, p.k.shape[0] = 3, Status::invalid_argument,
                "k:", "expected shape [2, 7, 2, 16]", "got shape [3, 7, 2, 16]")
 FWD_ERROR_TEST(ValueShapeMismatch, false, p.v.shape[1] = 6, Status::invalid_argument, "v:", "shape [2, 7, 2, 16]",
@@ -166,6 +178,46 @@ FWD_ERROR_TEST(VarlenLseShape, true, p.softmax_lse = f.out.view(), Status::inval
 FWD_ERROR_TEST(VarlenCuSeqlensSizes, true, p.cu_seqlens_k.shape[0] = 2, Status::invalid_argument,
                "cu_seqlens_k:", "shape [3] (same as cu_seqlens_q)", "got shape [2]")
 
+#define PAGED_ERROR_TEST(test_name, page_size, seqused, mutate, ...)                       \
+  TEST(PagedVarlenErrors, test_name) {                                                     \
+    FwdFixture f(true, page_size, seqused);                                                \
+    auto& p = f.p;                                                                         \
+    mutate;                                                                                \
+    expect_error([&] { flashattn::forward(p); }, Status::invalid_argument, {__VA_ARGS__}); \
+    EXPECT_TRUE(f.outputs_untouched());                                                    \
+  }
+
+TEST(PagedVarlenErrors, FixtureIsValid) {
+  for (auto [page, seqused] :
+       {std::pair{int64_t(2), false}, std::pair{int64_t(0), true}, std::pair{int64_t(2), true}}) {
+    FwdFixture f(true, page, seqused);
+    EXPECT_NO_THROW(flashattn::forward(f.p));
+  }
+}
+PAGED_ERROR_TEST(BlockTableOnDenseCall, 2, false, (p.cu_seqlens_q = Tensor(), p.cu_seqlens_k = Tensor()),
+                 "forward: block_table:", "a varlen call (cu_seqlens_q and cu_seqlens_k given)", "got a dense call")
+PAGED_ERROR_TEST(SequsedOnDenseCall, 0, true, (p.cu_seqlens_q = Tensor(), p.cu_seqlens_k = Tensor()),
+                 "seqused_k:", "a varlen call", "got a dense call")
+PAGED_ERROR_TEST(PagedKeysOfThreeDims, 2, false, p.k.ndim = 3,
+                 "k:", "4 dims (num_blocks, page_size, heads_k, head_dim)", "got 3 dims")
+PAGED_ERROR_TEST(PagedValuesShape, 2, false, p.v.shape[0] = 5, "v:", "shape [6, 2, 2, 16] (same as k)",
+                 "got shape [5, 2, 2, 16]")
+PAGED_ERROR_TEST(BlockTableDtype, 2, false, p.block_table.dtype = DType::f32, "block_table:", "dtype i32", "got f32")
+PAGED_ERROR_TEST(BlockTableBatch, 2, false, p.block_table.shape[0] = 1,
+                 "block_table:", "shape [2, max_blocks_per_seq] (batch of cu_seqlens_q)", "got shape [1, 3]")
+PAGED_ERROR_TEST(BlockOutOfRange, 2, false, f.in.block_table.i32()[4] = 6,
+                 "block_table[1][1]:", "a block index in [0, 6)", "got 6")
+PAGED_ERROR_TEST(SequenceBeyondBlockTable, 2, false, p.block_table.shape[1] = 1,
+                 "cu_seqlens_k:", "sequence lengths <= max_blocks_per_seq * page_size = 2", "length 4 for sequence 0")
+PAGED_ERROR_TEST(SequsedBeyondSpan, 0, true, f.in.seqused_k.i32()[1] = 9,
+                 "seqused_k[1]:", "a key count in [0, cu_seqlens_k[2] - cu_seqlens_k[1] = 5]", "got 9")
+PAGED_ERROR_TEST(SequsedBeyondPages, 2, true, f.in.seqused_k.i32()[0] = 7,
+                 "seqused_k[0]:", "a key count in [0, min(max_blocks_per_seq * page_size = 8, max_seqlen_k = 5)]",
+                 "got 7")
+PAGED_ERROR_TEST(NegativeSeqused, 0, true, f.in.seqused_k.i32()[0] = -1, "seqused_k[0]:", "got -1")
+PAGED_ERROR_TEST(SequsedShape, 0, true, p.seqused_k.shape[0] = 3, "seqused_k:", "shape [2] (batch)", "got shape [3]")
+PAGED_ERROR_TEST(SequsedDtype, 0, true, p.seqused_k.dtype = DType::f32, "seqused_k:", "dtype i32", "got f32")
+
 #define BWD_ERROR_TEST(test_name, mutate, ...)                                              \
   TEST(BackwardErrors, test_name) {                                                         \
     FwdFixture f;                                                                           \
@@ -175,6 +227,9 @@ FWD_ERROR_TEST(VarlenCuSeqlensSizes, true, p.cu_seqlens_k.shape[0] = 2, Status::
     EXPECT_TRUE(f.outputs_untouched());                                                     \
   }
 
+BWD_ERROR_TEST(PagedKeys, p.block_table = f.in.q.view(),
+               "backward: block_table:", "none (backward does not support paged K/V, as flash-attn's)", "got a tensor")
+BWD_ERROR_TEST(Seqused, p.seqused_k = f.in.q.view(), "backward: seqused_k:", "none", "got a tensor")
 BWD_ERROR_TEST(MissingLse, p.softmax_lse = Tensor(), "backward: softmax_lse:", "the fp32 log-sum-exp saved by forward",
                "got none")
 BWD_ERROR_TEST(MissingDout, p.dout = Tensor(), "dout:", "got none")

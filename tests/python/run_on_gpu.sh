@@ -41,8 +41,8 @@ for mode in plain torch; do
   fi
 done
 
-for group in test_errors.py "test_numpy_*.py" test_torch_attention.py test_torch_kvcache.py \
-    test_torch_distributed.py test_torch_transformers.py; do
+for group in test_errors.py "test_numpy_*.py" test_paged_varlen.py test_compat_alias.py test_torch_attention.py \
+    test_torch_kvcache.py test_torch_distributed.py test_torch_transformers.py; do
   left=$(( limit - ($(date +%s) - start) ))
   if [ $left -lt 20 ]; then echo "no time left for $group"; status=1; break; fi
   echo "=== $group (limit ${left}s)"

@@ -31,6 +31,10 @@ CASES = {
     "window_softcap": dict(b=2, sq=160, sk=160, h=4, hk=2, d=64, window=(32, 8), softcap=30.0),
     "alibi_scale": dict(b=2, sq=96, sk=144, h=4, hk=4, d=96, alibi=True, scale=0.2, causal=True),
     "mqa_d32": dict(b=3, sq=65, sk=257, h=8, hk=1, d=32),
+    # head dims that are not multiples of 8: native on the CPU backends, padded inside the library on CUDA
+    "odd_d59_gqa_causal": dict(b=2, sq=45, sk=70, h=4, hk=2, d=59, causal=True),
+    "odd_d111_window": dict(b=1, sq=33, sk=40, h=2, hk=1, d=111, window=(8, 4)),
+    "odd_d1": dict(b=1, sq=9, sk=12, h=2, hk=2, d=1),
 }
 
 # softmax_lse is float32 whatever the inputs; kernels compute it with exp2/log2 in float32 whose error

@@ -7,14 +7,14 @@ namespace flashattn::detail {
 
 namespace {
 
-// Validation already restricts calls to what cpu_flash implements (f32/f16/bf16, head dim a multiple of 8
-// up to 256, every mask, modifier, dropout and layout); these checks keep the promise explicit should
-// validation ever admit more.
+// Validation already restricts calls to what cpu_flash implements (f32/f16/bf16, any head dim up to 256,
+// every mask, modifier, dropout and layout); these checks keep the promise explicit should validation ever
+// admit more. Any head dim works natively: rows are loaded and stored with masked partial strips
+// (convert_tile.h) and the fp32 tiles are zero beyond head_dim, so the GEMMs need no padding copy.
 std::string check_common(DType dtype, int64_t head_dim) {
   if (dtype != DType::f32 && dtype != DType::f16 && dtype != DType::bf16)
     return std::string("dtype ") + dtype_name(dtype) + " not supported (f32, f16, bf16)";
-  if (head_dim <= 0 || head_dim % 8 != 0 || head_dim > 256)
-    return "head_dim " + std::to_string(head_dim) + " not supported (a multiple of 8 up to 256)";
+  if (head_dim <= 0 || head_dim > 256) return "head_dim " + std::to_string(head_dim) + " not supported (1 to 256)";
   return {};
 }
 
@@ -25,8 +25,9 @@ std::string supports_kvcache(const KVCacheProblem& p) { return check_common(p.dt
 }  // namespace
 
 const Backend& cpu_flash_backend() {
-  static const Backend b{"cpu_flash",  DeviceType::cpu,     supports_fwd,     cpu_flash::forward,
-                         supports_bwd, cpu_flash::backward, supports_kvcache, cpu_flash::forward_kvcache};
+  static const Backend b{"cpu_flash",           DeviceType::cpu,          supports_fwd,     cpu_flash::forward,
+                         supports_bwd,          cpu_flash::backward,      supports_kvcache, cpu_flash::forward_kvcache,
+                         /*any_head_dim=*/true, /*paged_varlen_fwd=*/true};
   return b;
 }
 

@@ -33,10 +33,19 @@ void forward(const FwdProblem& p, Stream) {
       }
       s.keys.k = p.k.ptr;
       s.keys.v = p.v.ptr;
-      s.keys.k_start = p.k.offset(b, r.k_start, hk);
-      s.keys.v_start = p.v.offset(b, r.k_start, hk);
       s.keys.k_row_stride = p.k.row_stride;
       s.keys.v_row_stride = p.v.row_stride;
+      if (p.paged_kv()) {  // keys from position 0 of the sequence's block table (common/score.h key_offset)
+        s.keys.k_start = hk * p.k.head_stride;
+        s.keys.v_start = hk * p.v.head_stride;
+        s.keys.block_table = p.paged.block_table + b * p.paged.block_table_stride;
+        s.keys.page_size = p.paged.page_size;
+        s.keys.k_block_stride = p.k.batch_stride;
+        s.keys.v_block_stride = p.v.batch_stride;
+      } else {
+        s.keys.k_start = p.k.offset(b, r.k_start, hk);
+        s.keys.v_start = p.v.offset(b, r.k_start, hk);
+      }
       seqs.push_back(s);
     }
   }

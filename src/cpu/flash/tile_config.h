@@ -11,9 +11,9 @@ namespace flashattn::detail::cpu_flash {
 // Register block of the micro-kernel (microkernel.h): kMicroRows rows x kMicroStrips strips of 16 columns
 // = 24 fp32 accumulators of the 32 zmm registers, leaving room for the 3 B vectors and a broadcast. Per
 // k step it issues 24 FMAs (12 cycles on two FMA ports) against 11 loads (3 vectors + 8 broadcasts, under
-// 6 cycles on two load ports), so it is bound by the FMAs, not by the loads. 8 rows also divide 16 (a row
-// block never straddles a strip, which the transposed-A layout relies on) and every head dim (a multiple
-// of 8), so the head-dim side of the GEMMs never needs a partial row block.
+// 6 cycles on two load ports), so it is bound by the FMAs, not by the loads. 8 rows also divide 16, so a row
+// block never straddles a strip, which the transposed-A layout relies on; a head dim that is not a multiple
+// of 8 ends in a partial row block (the kernel table has every row count from 1 to 8).
 constexpr int kMicroRows = 8;
 constexpr int kMicroStrips = 3;
 

@@ -19,6 +19,21 @@ ScoreMod<double> make_mod(const ScoreParams& s, int64_t b, int64_t h) {
   return ScoreMod<double>{double(s.softmax_scale), double(s.softcap), double(alibi_slope(s, b, h))};
 }
 
+namespace {
+
+// The sq keys (or values) of sequence b, kv head hk, contiguous or paged (common/score.h key_offset).
+void gather_keys(const FwdProblem& p, const RowsView& kv, const SeqRange& r, int64_t b, int64_t hk,
+                 std::vector<double>& dst) {
+  const int64_t D = p.head_dim;
+  dst.resize(size_t(r.sk * D));
+  for (int64_t j = 0; j < r.sk; ++j) {
+    const int64_t base = key_offset(p, kv, r, b, j, hk);
+    for (int64_t d = 0; d < D; ++d) dst[j * D + d] = load_float(kv.ptr, base + d, p.dtype);
+  }
+}
+
+}  // namespace
+
 void forward(const FwdProblem& p, Stream) {
   const int64_t group = p.group_size();
   parallel_pairs(p.batch, p.heads, [&](int64_t b, int64_t h) {
@@ -28,8 +43,8 @@ void forward(const FwdProblem& p, Stream) {
     in.sk = r.sk;
     in.dim = p.head_dim;
     gather_rows(p.q, p.dtype, b, r.q_start, r.sq, h, p.head_dim, in.q);
-    gather_rows(p.k, p.dtype, b, r.k_start, r.sk, h / group, p.head_dim, in.k);
-    gather_rows(p.v, p.dtype, b, r.k_start, r.sk, h / group, p.head_dim, in.v);
+    gather_keys(p, p.k, r, b, h / group, in.k);
+    gather_keys(p, p.v, r, b, h / group, in.v);
     std::vector<double> out, lse;
     attend(in, make_mask(p.score, r.sq, r.sk), make_mod(p.score, b, h), make_dropout(p.dropout, b, h, p.heads), out,
            lse);

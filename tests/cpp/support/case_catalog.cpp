@@ -6,6 +6,10 @@ namespace {
 
 const int64_t kHeadDims[] = {8, 32, 40, 64, 80, 96, 128, 160, 192, 256};
 const DType kDtypes[] = {DType::f32, DType::f16, DType::bf16};
+// Head dims that are not multiples of 8 (flash-attn pads them; CUDA backends here run them padded inside
+// the library, the CPU backends natively): the smallest, a few odd ones below and above a vector of 16
+// lanes, the two flash-attn's own tests use (59, 111) and the largest.
+const int64_t kOddHeadDims[] = {1, 2, 5, 13, 59, 111, 203, 255};
 
 AttnConfig base(DType dt, int64_t d) {
   AttnConfig c;
@@ -103,6 +107,92 @@ void add_feature_cases(std::vector<AttnConfig>& out, DType dt, int64_t d) {
   }
 }
 
+// Each odd head dim in each dtype, alternating causal, and as a ragged varlen batch with GQA.
+void add_odd_head_dim_cases(std::vector<AttnConfig>& out) {
+  int n = 0;
+  for (DType dt : kDtypes)
+    for (int64_t d : kOddHeadDims) {
+      AttnConfig c = base(dt, d);
+      c.causal = n++ % 2 == 1;
+      out.push_back(c);
+    }
+  for (int64_t d : kOddHeadDims) {
+    AttnConfig c = base(DType::bf16, d);
+    c.heads = 6;
+    c.heads_k = 2;
+    c.varlen_q = {9, 0, 33};
+    c.varlen_k = {20, 4, 33};
+    c.causal = true;
+    out.push_back(c);
+  }
+}
+
+// Paged K/V and seqused_k in the varlen forward (flash_attn_varlen_func with block_table, vLLM's call).
+void add_paged_cases(std::vector<AttnConfig>& out) {
+  auto ragged = [](DType dt, int64_t d) {
+    AttnConfig c = base(dt, d);
+    c.varlen_q = {17, 0, 64, 1, 33};
+    c.varlen_k = {40, 5, 64, 9, 0};
+    return c;
+  };
+  // page sizes: single rows, odd, small power of two, larger than every sequence; each causal and not
+  for (int64_t page : {1, 3, 16, 256})
+    for (bool causal : {false, true}) {
+      AttnConfig c = ragged(DType::f16, 64);
+      c.page_size = page;
+      c.causal = causal;
+      out.push_back(c);
+    }
+  // seqused_k over contiguous and paged keys, with the masks aligned to the used count
+  for (int64_t page : {0, 16}) {
+    AttnConfig c = ragged(DType::bf16, 128);
+    c.page_size = page;
+    c.seqused_k = true;
+    c.causal = true;
+    out.push_back(c);
+  }
+  // GQA / MQA, window, softcap, ALiBi, an odd head dim, f32
+  {
+    AttnConfig c = ragged(DType::bf16, 64);
+    c.page_size = 16;
+    c.heads = 8;
+    c.heads_k = 1;
+    c.causal = true;
+    out.push_back(c);
+    c.heads_k = 4;
+    c.causal = false;
+    c.window_left = 6;
+    c.window_right = 3;
+    out.push_back(c);
+    c.window_left = c.window_right = -1;
+    c.softcap = 5.0f;
+    c.alibi = true;
+    c.alibi_per_batch = true;
+    c.seqused_k = true;
+    out.push_back(c);
+    AttnConfig odd = ragged(DType::f16, 59);
+    odd.page_size = 5;
+    odd.causal = true;
+    out.push_back(odd);
+    AttnConfig f = ragged(DType::f32, 40);
+    f.page_size = 7;
+    f.seqused_k = true;
+    out.push_back(f);
+  }
+  // chunked prefill: decode steps (1 query against a long context) and 2k-token prefills in one call
+  {
+    AttnConfig c = base(DType::bf16, 64);
+    c.heads = 4;
+    c.heads_k = 2;
+    c.varlen_q = {1, 2048, 1, 300, 1};
+    c.varlen_k = {1500, 2048, 2047, 812, 1};
+    c.page_size = 16;
+    c.seqused_k = true;
+    c.causal = true;
+    out.push_back(c);
+  }
+}
+
 }  // namespace
 
 std::vector<AttnConfig> forward_cases() {
@@ -115,6 +205,9 @@ std::vector<AttnConfig> forward_cases() {
     }
   for (DType dt : kDtypes) add_feature_cases(out, dt, dt == DType::f32 ? 40 : 64);
   add_feature_cases(out, DType::bf16, 128);
+  add_odd_head_dim_cases(out);
+  add_feature_cases(out, DType::f16, 59);
+  add_paged_cases(out);
   return out;
 }
 
@@ -130,6 +223,8 @@ std::vector<AttnConfig> backward_cases() {
     }
   add_feature_cases(out, DType::f16, 64);
   add_feature_cases(out, DType::bf16, 96);
+  add_odd_head_dim_cases(out);
+  add_feature_cases(out, DType::bf16, 111);
   return out;
 }
 

@@ -94,6 +94,12 @@ KVInputs make_kv_inputs(const KVConfig& c, uint64_t seed) {
 }
 
 KVOutputs run_kvcache(const KVInputs& in, const std::string& backend, Device device, flashattn::Stream stream) {
+  return run_kvcache_via(in, backend, device,
+                         [&](const flashattn::KVCacheParams& p) { flashattn::forward_kvcache(p, stream); });
+}
+
+KVOutputs run_kvcache_via(const KVInputs& in, const std::string& backend, Device device,
+                          const std::function<void(const flashattn::KVCacheParams&)>& call) {
   const KVConfig& c = in.cfg;
   DeviceTensor q(in.q, device), kc(in.k_cache, device), vc(in.v_cache, device), kn(in.k_new, device),
       vn(in.v_new, device), cos(in.rotary_cos, device), sin(in.rotary_sin, device), alibi(in.alibi, device),
@@ -126,7 +132,7 @@ KVOutputs run_kvcache(const KVInputs& in, const std::string& backend, Device dev
   p.options.softcap = c.softcap;
   p.options.backend = backend;
   p.num_splits = c.num_splits;
-  flashattn::forward_kvcache(p, stream);
+  call(p);
   return KVOutputs{d_out.download(), d_lse.download(), kc.download(), vc.download()};
 }
 
@@ -310,6 +316,20 @@ std::vector<KVConfig> kvcache_cases() {
       g.seqlen_q = 2;
       add(g);
     }
+  }
+  // head dims that are not multiples of 8: decode, appends into contiguous and paged caches, rotary over
+  // part of an odd head and over all of an even one
+  for (int64_t d : {1, 5, 59, 111, 255}) {
+    KVConfig c = base;
+    c.head_dim = d;
+    c.dtype = d == 111 ? DType::bf16 : DType::f16;
+    c.seqlen_q = 2;
+    c.seqlen_new = 2;
+    c.causal = true;
+    c.page_size = d == 59 ? 16 : 0;
+    c.rotary_dim = d >= 59 ? (d == 111 ? 32 : d - 1) : 0;
+    c.rotary_interleaved = d != 255;
+    add(c);
   }
   // explicit split counts (a hint CPU backends may ignore) and a longer context
   for (int splits : {1, 3}) {

@@ -3,6 +3,7 @@
 // KV-cache test cases: configuration, random inputs (cache, pages, new tokens, rotary tables), running
 // forward_kvcache on any backend, and the oracle built from the reference's updated cache.
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,9 @@ struct KVOutputs {
 
 KVOutputs run_kvcache(const KVInputs& in, const std::string& backend, Device device,
                       flashattn::Stream stream = nullptr);
+// run_kvcache with `call` in place of flashattn::forward_kvcache.
+KVOutputs run_kvcache_via(const KVInputs& in, const std::string& backend, Device device,
+                          const std::function<void(const flashattn::KVCacheParams&)>& call);
 
 // The oracle: the reference's updated cache gathered into an equivalent varlen problem, with queries
 // rotated in fp64; `naive` the same problem in the storage dtype.

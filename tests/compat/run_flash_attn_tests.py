@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""The compatibility gate: flash-attn's own tests/test_flash_attn.py, at a pinned commit, run against
+flashattn through an alias package named `flash_attn` (tests/compat/alias). Needs a CUDA device, torch,
+einops, pytest and an installed flashattn built with CUDA. See docs/compat.md.
+
+    python tests/compat/run_flash_attn_tests.py --fetch-only     # on a machine with network access
+    python tests/compat/run_flash_attn_tests.py [--sample N] [-- pytest args]   # on the GPU machine
+
+The file is fetched once into tests/compat/.upstream/<commit>/ (ignored by git, never committed) and
+checked against its git blob hash, so a run uses exactly the pinned file. Exit status: pytest's.
+"""
+
+import argparse
+import hashlib
+import os
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+# flash-attn v2.8.3, the release whose semantics flashattn follows, and its test file's git blob hash.
+PINNED_COMMIT = "060c9188beec3a8b62b33a3bfa6d5d2d44975fab"
+PINNED_BLOB = "d5bb6ba853128cfa4b34b78489dbd90b6c664308"
+URL = "https://raw.githubusercontent.com/Dao-AILab/flash-attention/{commit}/tests/test_flash_attn.py"
+
+HERE = Path(__file__).resolve().parent
+
+
+def git_blob_hash(data):
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def test_file(commit, blob, fetch):
+    path = HERE / ".upstream" / commit / "test_flash_attn.py"
+    if not path.exists():
+        if not fetch:
+            sys.exit(f"run_flash_attn_tests: {path} is missing: run with --fetch-only on a machine with network "
+                     "access first (the GPU machine has none), then bring tests/compat/.upstream along")
+        data = urllib.request.urlopen(URL.format(commit=commit), timeout=60).read()
+        if blob and git_blob_hash(data) != blob:
+            sys.exit(f"run_flash_attn_tests: fetched file has blob hash {git_blob_hash(data)}, expected {blob}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    elif blob and git_blob_hash(path.read_bytes()) != blob:
+        sys.exit(f"run_flash_attn_tests: {path} was modified (blob hash differs from {blob}); delete it to refetch")
+    return path
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--commit", default=PINNED_COMMIT, help="flash-attention commit (default: v2.8.3)")
+    parser.add_argument("--blob", default=None, help="expected git blob hash of the file (default: the pinned one "
+                        "for the pinned commit, unchecked for another)")
+    parser.add_argument("--fetch-only", action="store_true", help="fetch the file and exit")
+    parser.add_argument("--no-fetch", action="store_true", help="never use the network")
+    parser.add_argument("--sample", type=int, default=0, help="run this many random cases (0: all)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of --sample")
+    parser.add_argument("pytest_args", nargs="*", help="passed to pytest (after --)")
+    args = parser.parse_args()
+    blob = args.blob if args.blob is not None else (PINNED_BLOB if args.commit == PINNED_COMMIT else "")
+    path = test_file(args.commit, blob, fetch=not args.no_fetch)
+    if args.fetch_only:
+        print(path)
+        return 0
+
+    env = dict(os.environ)
+    # The alias package first, so `import flash_attn` is ours even where flash-attn itself is installed.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE / "alias"), str(HERE), env.get("PYTHONPATH")]))
+    probe = "import torch, flash_attn, flashattn; assert torch.cuda.is_available(), 'no CUDA device'; " \
+            "print('flash_attn ->', flash_attn.flash_attn_func.__module__, '| backends:', " \
+            "[b['name'] for b in flashattn.list_backends()])"
+    check = subprocess.run([sys.executable, "-c", probe], env=env, cwd=path.parent)
+    if check.returncode != 0:
+        print("run_flash_attn_tests: needs torch with a CUDA device, einops and flashattn built with CUDA",
+              file=sys.stderr)
+        return check.returncode
+    command = [sys.executable, "-m", "pytest", str(path), "-p", "exclusions", "-p", "no:cacheprovider", "-q",
+               "--compat-sample", str(args.sample), "--compat-seed", str(args.seed), *args.pytest_args]
+    return subprocess.run(command, env=env, cwd=path.parent).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
