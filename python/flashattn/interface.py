@@ -16,7 +16,7 @@ Semantics shared by every function:
 """
 
 from . import _ops
-from ._arrays import framework, is_torch
+from ._arrays import framework, torch_ops_for
 
 
 def _attention(
@@ -35,10 +35,9 @@ def _attention(
     alibi_slopes,
     deterministic,
 ):
-    if is_torch(q):
-        from . import _torch_ops
-
-        return _torch_ops.attention(
+    torch_ops = torch_ops_for(q)
+    if torch_ops is not None:
+        return torch_ops.attention(
             q,
             k,
             v,

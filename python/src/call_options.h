@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 #include "arrays.h"
 #include "bindings.h"
@@ -21,6 +23,16 @@ AttentionOptions make_options(const char* function, std::optional<float> softmax
 // The stream argument is the integer value of a cudaStream_t (torch: stream.cuda_stream); 0 is the
 // default stream.
 inline Stream to_stream(uintptr_t stream) { return reinterpret_cast<Stream>(stream); }
+
+// The stream a call runs on: the caller's, or when None the current stream of the framework that `q` was
+// read through (DLPack's exchange API: torch.cuda.current_stream() for torch), else 0.
+uintptr_t resolve_stream(std::optional<uintptr_t> stream, const InArray& q, const Tensor& q_view);
+
+// An output the caller passed as None, allocated contiguous with the framework `like` was read through
+// (torch.empty on like's device); `view` describes it. Throws invalid_argument naming `function` and
+// `name` when that framework cannot allocate (it was not read through DLPack's exchange API).
+nb::object allocate_output(const InArray& like, const Tensor& like_view, DType dtype, int ndim, const int64_t* shape,
+                           const char* function, const char* name, Tensor& view);
 
 // Runs the call on `stream` with the GIL released: other Python threads go on while a CPU backend
 // computes, and no Python object is touched below this point.
@@ -44,5 +56,17 @@ struct QueryCall {
     return backend_support_list(flashattn::query_backends(params));
   }
 };
+
+// Runs or queries a fully built call. A run returns `outputs` (the arrays the entry allocated, or None); a
+// query returns the backends' answers.
+template <typename Action, typename Params>
+nb::object finish(const Params& params, uintptr_t stream, nb::object outputs) {
+  if constexpr (std::is_same_v<Action, QueryCall>) {
+    return Action::apply(params, stream);
+  } else {
+    Action::apply(params, stream);
+    return outputs;
+  }
+}
 
 }  // namespace flashattn::python
