@@ -25,18 +25,7 @@ nb::object fwd_entry(InArray q, InArray k, InArray v, OutArray out, OutArray sof
   p.q = to_tensor(q, kFwd, "q");
   p.k = to_tensor(k, kFwd, "k");
   p.v = to_tensor(v, kFwd, "v");
-  nb::object outputs = nb::none();
-  if (out.present()) {
-    p.out = to_tensor(out, kFwd, "out");
-    p.softmax_lse = to_tensor(softmax_lse, kFwd, "softmax_lse");
-  } else {  // allocated here with q's framework: one call from Python, no allocation there
-    const Tensor& t = p.q;
-    const bool varlen = cu_seqlens_q.present();
-    const int64_t lse_shape[3] = {varlen ? t.shape[1] : t.shape[0], varlen ? t.shape[0] : t.shape[2], t.shape[1]};
-    nb::object o = allocate_output(q, t, t.dtype, t.ndim, t.shape, kFwd, "out", p.out);
-    nb::object lse = allocate_output(q, t, DType::f32, varlen ? 2 : 3, lse_shape, kFwd, "softmax_lse", p.softmax_lse);
-    outputs = nb::make_tuple(o, lse);
-  }
+  nb::object outputs = attention_outputs(kFwd, out, softmax_lse, q, p.q, cu_seqlens_q.present(), p.out, p.softmax_lse);
   p.cu_seqlens_q = to_tensor(cu_seqlens_q, kFwd, "cu_seqlens_q");
   p.cu_seqlens_k = to_tensor(cu_seqlens_k, kFwd, "cu_seqlens_k");
   p.max_seqlen_q = max_seqlen_q;

@@ -25,14 +25,23 @@ uintptr_t resolve_stream(std::optional<uintptr_t> stream, const InArray& q, cons
   return q.exchange != nullptr ? exchange_current_stream(q.exchange, q_view.device) : 0;
 }
 
-nb::object allocate_output(const InArray& like, const Tensor& like_view, DType dtype, int ndim, const int64_t* shape,
-                           const char* function, const char* name, Tensor& view) {
-  if (like.exchange == nullptr)
+nb::object attention_outputs(const char* function, const OutArray& out, const OutArray& softmax_lse, const InArray& q,
+                             const Tensor& q_view, bool varlen, Tensor& out_view, Tensor& lse_view) {
+  if (out.present()) {
+    out_view = to_tensor(out, function, "out");
+    lse_view = to_tensor(softmax_lse, function, "softmax_lse");
+    return nb::none();
+  }
+  if (q.exchange == nullptr)
     throw Error(Status::invalid_argument,
-                std::string(function) + ": " + name +
-                    ": expected an array, got None (outputs are allocated only for arrays of a framework that "
+                std::string(function) +
+                    ": out: expected an array, got None (outputs are allocated only for arrays of a framework that "
                     "publishes DLPack's C exchange API, such as torch >= 2.10)");
-  return exchange_empty(like.exchange, like_view, dtype, ndim, shape, name, view);
+  const Tensor& t = q_view;
+  const int64_t lse_shape[3] = {varlen ? t.shape[1] : t.shape[0], varlen ? t.shape[0] : t.shape[2], t.shape[1]};
+  nb::object o = exchange_empty(q.exchange, t, t.dtype, t.ndim, t.shape, "out", out_view);
+  nb::object lse = exchange_empty(q.exchange, t, DType::f32, varlen ? 2 : 3, lse_shape, "softmax_lse", lse_view);
+  return nb::make_tuple(o, lse);
 }
 
 }  // namespace flashattn::python

@@ -28,11 +28,13 @@ inline Stream to_stream(uintptr_t stream) { return reinterpret_cast<Stream>(stre
 // read through (DLPack's exchange API: torch.cuda.current_stream() for torch), else 0.
 uintptr_t resolve_stream(std::optional<uintptr_t> stream, const InArray& q, const Tensor& q_view);
 
-// An output the caller passed as None, allocated contiguous with the framework `like` was read through
-// (torch.empty on like's device); `view` describes it. Throws invalid_argument naming `function` and
-// `name` when that framework cannot allocate (it was not read through DLPack's exchange API).
-nb::object allocate_output(const InArray& like, const Tensor& like_view, DType dtype, int ndim, const int64_t* shape,
-                           const char* function, const char* name, Tensor& view);
+// The call's out and softmax_lse as the caller passed them, or, when out is None, both allocated with the
+// framework q was read through (torch.empty on q's device): out contiguous with q's shape and dtype,
+// softmax_lse float32 (batch, heads, seqlen_q), or (heads, total_q) when `varlen`. Returns the allocated
+// (out, softmax_lse), or None when the caller passed out. Throws invalid_argument naming `function` and
+// out when that framework cannot allocate (q was not read through DLPack's exchange API).
+nb::object attention_outputs(const char* function, const OutArray& out, const OutArray& softmax_lse, const InArray& q,
+                             const Tensor& q_view, bool varlen, Tensor& out_view, Tensor& lse_view);
 
 // Runs the call on `stream` with the GIL released: other Python threads go on while a CPU backend
 // computes, and no Python object is touched below this point.

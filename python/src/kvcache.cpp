@@ -44,17 +44,7 @@ nb::object kvcache_entry(InArray q, OutArray k_cache, OutArray v_cache, OutArray
   } else if (q.exchange != nullptr && p.q.device.type == DeviceType::cuda) {
     p.workspace_allocator = [&](size_t bytes) { return exchange_workspace.allocate(bytes); };
   }
-  nb::object outputs = nb::none();
-  if (out.present()) {
-    p.out = to_tensor(out, kKV, "out");
-    p.softmax_lse = to_tensor(softmax_lse, kKV, "softmax_lse");
-  } else {  // allocated here with q's framework: one call from Python, no allocation there
-    const Tensor& t = p.q;
-    const int64_t lse_shape[3] = {t.shape[0], t.shape[2], t.shape[1]};
-    nb::object o = allocate_output(q, t, t.dtype, t.ndim, t.shape, kKV, "out", p.out);
-    nb::object lse = allocate_output(q, t, DType::f32, 3, lse_shape, kKV, "softmax_lse", p.softmax_lse);
-    outputs = nb::make_tuple(o, lse);
-  }
+  nb::object outputs = attention_outputs(kKV, out, softmax_lse, q, p.q, false, p.out, p.softmax_lse);
   p.k_cache = to_tensor(k_cache, kKV, "k_cache");
   p.v_cache = to_tensor(v_cache, kKV, "v_cache");
   p.k_new = to_tensor(k_new, kKV, "k");

@@ -199,3 +199,25 @@ def test_torch_paths_do_not_synchronize_the_host():
     finally:
         torch.cuda.set_sync_debug_mode(previous)
     torch.cuda.synchronize()
+
+
+def test_the_general_path_gives_the_one_call_path_results(monkeypatch):
+    """Tensors the native module cannot read through the exchange API (subclasses; every tensor on a torch
+    before 2.10) get outputs allocated in Python and an explicit stream: the same results."""
+    import flashattn._torch_ops as torch_ops
+
+    q, k, v = _qkv("cpu", torch.float32, sq=9, sk=21)
+    state = _decode_state("cpu", torch.float32, seed=4)
+    ql = q.clone().requires_grad_()
+
+    def calls(s):
+        out, lse, _ = flashattn.flash_attn_func(ql, k, v, causal=True, return_attn_probs=True)
+        (dq,) = torch.autograd.grad(out, (ql,), torch.ones_like(out))
+        with torch.no_grad():
+            return out.detach(), lse, dq, _read_step(s), _append_step(s), s["k_cache"].clone()
+
+    fast = calls({name: x.clone() for name, x in state.items()})
+    monkeypatch.setattr(torch_ops, "_EXCHANGE", False)
+    general = calls({name: x.clone() for name, x in state.items()})
+    for a, b in zip(fast, general):
+        assert torch.equal(a, b)
