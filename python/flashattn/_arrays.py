@@ -23,6 +23,23 @@ def is_torch(x):
     return type(x).__module__.partition(".")[0] == "torch"
 
 
+_torch_ops = None  # flashattn._torch_ops once a torch tensor has been seen (it imports torch)
+
+
+def torch_ops_for(x):
+    """flashattn._torch_ops when `x` is a torch tensor, else None; a call's first question, so it is cheap
+    once torch is loaded (an isinstance test)."""
+    global _torch_ops
+    if _torch_ops is not None and isinstance(x, _torch_ops.Tensor):
+        return _torch_ops
+    if not is_torch(x):
+        return None
+    from . import _torch_ops as ops
+
+    _torch_ops = ops
+    return ops
+
+
 def _numpy_bfloat16():
     """ml_dtypes.bfloat16 when ml_dtypes is installed (it is how numpy spells bfloat16), else None."""
     try:

@@ -3,7 +3,12 @@
 
     flashattn::fwd          (q, k, v, ...) -> (out, softmax_lse)      backward registered: flashattn::bwd
     flashattn::bwd          (dout, q, k, v, out, softmax_lse, ...) -> (dq, dk, dv)
-    flashattn::fwd_kvcache  (q, k_cache, v_cache, ...) -> (out, softmax_lse); mutates k_cache, v_cache
+    flashattn::fwd_kvcache         (q, k_cache, v_cache, ...) -> (out, softmax_lse); reads the caches only
+    flashattn::fwd_kvcache_append  (q, k_cache, v_cache, k, v, ...) -> (out, softmax_lse); mutates k_cache, v_cache
+
+The KV-cache call is two ops because only an append writes the caches: an op that declares mutated inputs
+keeps torch.compile(mode="reduce-overhead") from capturing its graph, so a read-only decode step must not
+declare any.
 
 The backward saves q, k, v, out, softmax_lse and the dropout rng state: an int64 CPU tensor
 [seed, offset] whose seed is drawn from torch's default generator (so torch.manual_seed reproduces it)
@@ -14,6 +19,12 @@ In eager mode the custom-op layer is skipped (see _direct_call): a call with no 
 the op's body directly, and one with gradients goes through _EagerAttention, an autograd.Function with the
 same body, saved tensors and backward as the op's registration. The op exists for torch.compile, tracing
 and dispatch modes; in plain eager mode its dispatch and Python autograd wrapper only cost host time.
+
+Host cost per call is the point of this file's shape (bench/host_cost.py measures it): each body is one
+positional call of flashattn._C, which reads plain tensors through DLPack's C exchange API, allocates out
+and softmax_lse with torch and runs on torch's current stream itself (no Python allocation, stream or
+workspace lookup per call). Tensors the native module cannot read that way (subclasses, or every tensor
+on a torch without that API) take the general path: outputs allocated here, the stream passed explicitly.
 """
 
 from typing import Optional, Tuple
@@ -21,12 +32,18 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from . import _ops
-from ._arrays import last_dim_contiguous
+from . import _C, _ops
 
 
-def _rng_pair(rng_state):
-    return None if rng_state is None else tuple(rng_state.tolist())
+def _last_dim_contiguous(x):
+    return x if x is None or x.stride(-1) == 1 else x.contiguous()
+
+
+def _seed_offset(rng_state):
+    if rng_state is None:
+        return 0, 0
+    seed, offset = rng_state.tolist()  # a CPU tensor: no device synchronisation
+    return seed & 0xFFFFFFFFFFFFFFFF, offset & 0xFFFFFFFFFFFFFFFF
 
 
 def _draw_rng_state():
@@ -36,6 +53,32 @@ def _draw_rng_state():
 
 def _empty_lse(q, varlen):
     return torch.empty(_ops.lse_shape(q, varlen), dtype=torch.float32, device=q.device)
+
+
+# Whether flashattn._C can read plain tensors through DLPack's C exchange API (torch >= 2.10), and so
+# allocate outputs with torch and find the current stream itself.
+_EXCHANGE = hasattr(Tensor, "__dlpack_c_exchange_api__")
+
+
+def _readable(*tensors):
+    """True when flashattn._C reads every tensor through the exchange API: plain tensors (not subclasses)."""
+    return _EXCHANGE and all(t is None or type(t) is Tensor for t in tensors)
+
+
+def _native(x):
+    # A subclass goes through __dlpack__, which refuses a tensor that requires grad; the data is the same.
+    return x.detach() if x is not None and x.requires_grad else x
+
+
+def _stream(q):
+    return torch.cuda.current_stream(q.device).cuda_stream if q.is_cuda else 0
+
+
+def _workspace(q):
+    """torch's caching allocator for the kernels' scratch memory, for calls the exchange API does not serve."""
+    if not q.is_cuda:
+        return None
+    return lambda n: torch.empty(n, dtype=torch.uint8, device=q.device)
 
 
 def _torch_function(path):
@@ -83,22 +126,16 @@ def _fwd_body(
     rng_state: Optional[Tensor],
     deterministic: bool,
 ) -> Tuple[Tensor, Tensor]:
-    out, lse, _ = _ops.forward(
-        q,
-        k,
-        v,
-        cu_seqlens_q=cu_seqlens_q,
-        cu_seqlens_k=cu_seqlens_k,
-        max_seqlen_q=max_seqlen_q,
-        max_seqlen_k=max_seqlen_k,
-        dropout_p=dropout_p,
-        softmax_scale=softmax_scale,
-        causal=causal,
-        window_size=(window_left, window_right),
-        softcap=softcap,
-        alibi_slopes=alibi_slopes,
-        rng_state=_rng_pair(rng_state),
-    )
+    seed, offset = _seed_offset(rng_state)
+    options = (max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right)
+    if _readable(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes):
+        return _C.fwd(q, k, v, None, None, cu_seqlens_q, cu_seqlens_k, *options, alibi_slopes, softcap, dropout_p,
+                      seed, offset, "", None)  # fmt: skip
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = _empty_lse(q, cu_seqlens_q is not None)
+    inputs = (_native(x) for x in (q, k, v))
+    _C.fwd(*inputs, out, lse, _native(cu_seqlens_q), _native(cu_seqlens_k), *options, _native(alibi_slopes), softcap,
+           dropout_p, seed, offset, "", _stream(q))  # fmt: skip
     return out, lse
 
 
@@ -148,26 +185,20 @@ def _bwd_body(
     rng_state: Optional[Tensor],
     deterministic: bool,
 ) -> Tuple[Tensor, Tensor, Tensor]:
-    return _ops.backward(
-        dout,
-        q,
-        k,
-        v,
-        out,
-        softmax_lse,
-        cu_seqlens_q=cu_seqlens_q,
-        cu_seqlens_k=cu_seqlens_k,
-        max_seqlen_q=max_seqlen_q,
-        max_seqlen_k=max_seqlen_k,
-        dropout_p=dropout_p,
-        softmax_scale=softmax_scale,
-        causal=causal,
-        window_size=(window_left, window_right),
-        softcap=softcap,
-        alibi_slopes=alibi_slopes,
-        rng_state=_rng_pair(rng_state),
-        deterministic=deterministic,
-    )
+    seed, offset = _seed_offset(rng_state)
+    # Gradients take their inputs' strides, as flash-attn's do.
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    options = (max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right)
+    tensors = (dout, q, k, v, out, softmax_lse)
+    if _readable(*tensors, cu_seqlens_q, cu_seqlens_k, alibi_slopes):
+        stream = None
+    else:
+        tensors = tuple(_native(x) for x in tensors)
+        cu_seqlens_q, cu_seqlens_k, alibi_slopes = (_native(x) for x in (cu_seqlens_q, cu_seqlens_k, alibi_slopes))
+        stream = _stream(q)
+    _C.bwd(*tensors, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, *options, alibi_slopes, softcap, dropout_p, seed, offset,
+           deterministic, "", stream)  # fmt: skip
+    return dq, dk, dv
 
 
 bwd = torch.library.custom_op("flashattn::bwd", mutates_args=())(_bwd_body)
@@ -209,7 +240,7 @@ def _fwd_setup_context(ctx, inputs, output):
 def _fwd_backward(ctx, dout, _dlse):
     q, k, v, out, lse, cu_q, cu_k, alibi, rng = ctx.saved_tensors
     max_q, max_k, dropout_p, scale, causal, left, right, softcap = ctx.options
-    dout = last_dim_contiguous(dout)
+    dout = _last_dim_contiguous(dout)
     op = _bwd_body if _direct_call(dout, q, k, v, out, lse, cu_q, cu_k, alibi) else bwd
     dq, dk, dv = op(
         dout,
@@ -254,7 +285,52 @@ class _EagerAttention(torch.autograd.Function):
     backward = staticmethod(_fwd_backward)
 
 
+def _kvcache_run(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_seqlens_scalar,
+                 cache_batch_idx, cache_leftpad, block_table, softmax_scale, causal, window_left, window_right,
+                 softcap, rotary_interleaved, alibi_slopes, num_splits):  # fmt: skip
+    tensors = (q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_leftpad, block_table, rotary_cos,
+               rotary_sin, alibi_slopes)  # fmt: skip
+    options = (rotary_interleaved, softmax_scale, causal, window_left, window_right)
+    if _readable(*tensors):
+        return _C.fwd_kvcache(q, k_cache, v_cache, None, k, v, None, cache_seqlens, cache_seqlens_scalar,
+                              cache_batch_idx, cache_leftpad, block_table, rotary_cos, rotary_sin, *options,
+                              alibi_slopes, softcap, num_splits, "", None, None)  # fmt: skip
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = _empty_lse(q, varlen=False)
+    (q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_leftpad, block_table, rotary_cos, rotary_sin,
+     alibi_slopes) = (_native(x) for x in tensors)  # fmt: skip
+    _C.fwd_kvcache(q, k_cache, v_cache, out, k, v, lse, cache_seqlens, cache_seqlens_scalar, cache_batch_idx,
+                   cache_leftpad, block_table, rotary_cos, rotary_sin, *options, alibi_slopes, softcap, num_splits, "",
+                   _stream(q), _workspace(q))  # fmt: skip
+    return out, lse
+
+
 def _fwd_kvcache_body(
+    q: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    rotary_cos: Optional[Tensor],
+    rotary_sin: Optional[Tensor],
+    cache_seqlens: Optional[Tensor],
+    cache_seqlens_scalar: int,
+    cache_batch_idx: Optional[Tensor],
+    cache_leftpad: Optional[Tensor],
+    block_table: Optional[Tensor],
+    softmax_scale: Optional[float],
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    rotary_interleaved: bool,
+    alibi_slopes: Optional[Tensor],
+    num_splits: int,
+) -> Tuple[Tensor, Tensor]:
+    return _kvcache_run(q, k_cache, v_cache, None, None, rotary_cos, rotary_sin, cache_seqlens, cache_seqlens_scalar,
+                        cache_batch_idx, cache_leftpad, block_table, softmax_scale, causal, window_left, window_right,
+                        softcap, rotary_interleaved, alibi_slopes, num_splits)  # fmt: skip
+
+
+def _fwd_kvcache_append_body(
     q: Tensor,
     k_cache: Tensor,
     v_cache: Tensor,
@@ -276,57 +352,34 @@ def _fwd_kvcache_body(
     alibi_slopes: Optional[Tensor],
     num_splits: int,
 ) -> Tuple[Tensor, Tensor]:
-    return _ops.forward_kvcache(
-        q,
-        k_cache,
-        v_cache,
-        k,
-        v,
-        rotary_cos=rotary_cos,
-        rotary_sin=rotary_sin,
-        cache_seqlens=cache_seqlens if cache_seqlens is not None else cache_seqlens_scalar,
-        cache_batch_idx=cache_batch_idx,
-        cache_leftpad=cache_leftpad,
-        block_table=block_table,
-        softmax_scale=softmax_scale,
-        causal=causal,
-        window_size=(window_left, window_right),
-        softcap=softcap,
-        rotary_interleaved=rotary_interleaved,
-        alibi_slopes=alibi_slopes,
-        num_splits=num_splits,
-    )
+    return _kvcache_run(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_seqlens_scalar,
+                        cache_batch_idx, cache_leftpad, block_table, softmax_scale, causal, window_left, window_right,
+                        softcap, rotary_interleaved, alibi_slopes, num_splits)  # fmt: skip
 
 
-fwd_kvcache = torch.library.custom_op("flashattn::fwd_kvcache", mutates_args=("k_cache", "v_cache"))(
-    _fwd_kvcache_body
+# Read-only: no k/v argument at all, so that nothing can be appended through an op that declares no mutation.
+fwd_kvcache = torch.library.custom_op("flashattn::fwd_kvcache", mutates_args=())(_fwd_kvcache_body)
+fwd_kvcache_append = torch.library.custom_op("flashattn::fwd_kvcache_append", mutates_args=("k_cache", "v_cache"))(
+    _fwd_kvcache_append_body
 )
 
 
 @fwd_kvcache.register_fake
-def _fwd_kvcache_fake(
-    q,
-    k_cache,
-    v_cache,
-    k,
-    v,
-    rotary_cos,
-    rotary_sin,
-    cache_seqlens,
-    cache_seqlens_scalar,
-    cache_batch_idx,
-    cache_leftpad,
-    block_table,
-    softmax_scale,
-    causal,
-    window_left,
-    window_right,
-    softcap,
-    rotary_interleaved,
-    alibi_slopes,
-    num_splits,
-):
+def _fwd_kvcache_fake(q, *args):
     return q.new_empty(q.shape), _empty_lse(q, varlen=False)  # contiguous, as the real op's out
+
+
+@fwd_kvcache_append.register_fake
+def _fwd_kvcache_append_fake(q, *args):
+    return q.new_empty(q.shape), _empty_lse(q, varlen=False)
+
+
+def _window(window_size):
+    try:
+        left, right = window_size
+        return int(left), int(right)
+    except (TypeError, ValueError):
+        return _ops.window_pair(window_size)  # raises flashattn's ValueError
 
 
 def _fwd_paged_body(
@@ -350,7 +403,8 @@ def _fwd_paged_body(
 ) -> Tuple[Tensor, Tensor]:
     return _ops.forward_paged(
         q, k, v, cu_seqlens_q, cu_seqlens_k, block_table, seqused_k, max_seqlen_q, max_seqlen_k, dropout_p,
-        softmax_scale, causal, (window_left, window_right), softcap, alibi_slopes, _rng_pair(rng_state),
+        softmax_scale, causal, (window_left, window_right), softcap, alibi_slopes,
+        None if rng_state is None else tuple(rng_state.tolist()),
     )
 
 
@@ -379,8 +433,8 @@ def attention_paged(
     softmax_scale, causal, window_size, softcap, alibi_slopes,
 ):
     """(out, softmax_lse) of a varlen forward with block_table and/or seqused_k, through flashattn::fwd_paged."""
-    q, k, v = (last_dim_contiguous(x) for x in (q, k, v))
-    left, right = _ops.window_pair(window_size)
+    q, k, v = _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v)
+    left, right = _window(window_size)
     if max_seqlen_q is None or max_seqlen_k is None:
         max_seqlen_q, max_seqlen_k = _ops._varlen_bounds(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     args = (
@@ -424,14 +478,10 @@ def attention(
     deterministic,
 ):
     """(out, softmax_lse) through flashattn::fwd, differentiable in q, k and v."""
-    q, k, v = (last_dim_contiguous(x) for x in (q, k, v))
-    left, right = _ops.window_pair(window_size)
-    records_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
-    if _direct_call(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes):
-        op = _EagerAttention.apply if records_grad else _fwd_body
-    else:
-        op = fwd
-    return op(
+    if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
+        q, k, v = _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v)
+    left, right = _window(window_size)
+    args = (
         q,
         k,
         v,
@@ -449,6 +499,11 @@ def attention(
         _draw_rng_state() if dropout_p > 0 else None,
         bool(deterministic),
     )
+    if not _direct_call(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes):
+        return fwd(*args)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return _EagerAttention.apply(*args)
+    return _fwd_body(*args)
 
 
 def attention_kvcache(
@@ -471,19 +526,15 @@ def attention_kvcache(
     alibi_slopes,
     num_splits,
 ):
-    """(out, softmax_lse) through flashattn::fwd_kvcache (no backward, as in flash-attn)."""
-    q, k, v = (last_dim_contiguous(x) for x in (q, k, v))
-    left, right = _ops.window_pair(window_size)
+    """(out, softmax_lse) through flashattn::fwd_kvcache, or flashattn::fwd_kvcache_append when k or v is given
+    (no backward, as in flash-attn)."""
+    q, k, v = _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v)
+    left, right = _window(window_size)
     if cache_seqlens is None or isinstance(cache_seqlens, Tensor):
         seqlens, seqlens_scalar = cache_seqlens, -1
     else:
         seqlens, seqlens_scalar = None, int(cache_seqlens)
-    args = (
-        q,
-        k_cache,
-        v_cache,
-        k,
-        v,
+    options = (
         rotary_cos,
         rotary_sin,
         seqlens,
@@ -500,12 +551,18 @@ def attention_kvcache(
         alibi_slopes,
         int(num_splits),
     )
-    tensors = [a for a in args if isinstance(a, Tensor)]
-    if (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)) or not _direct_call(*tensors):
-        return fwd_kvcache(*args)
-    result = _fwd_kvcache_body(*args)
-    # What the op does for its mutated arguments: autograd then notices a cache it saved was overwritten.
-    for cache in (k_cache, v_cache):
-        if not cache.is_inference():  # inference tensors have no version counter
-            torch.autograd.graph.increment_version(cache)
+    append = k is not None or v is not None
+    tensors = (q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, seqlens, cache_batch_idx, cache_leftpad, block_table,
+               alibi_slopes)  # fmt: skip
+    grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+    if grad or not _direct_call(*tensors):
+        if append:
+            return fwd_kvcache_append(q, k_cache, v_cache, k, v, *options)
+        return fwd_kvcache(q, k_cache, v_cache, *options)
+    result = _kvcache_run(q, k_cache, v_cache, k, v, *options)
+    if append:
+        # What the op does for its mutated arguments: autograd then notices a cache it saved was overwritten.
+        for cache in (k_cache, v_cache):
+            if not cache.is_inference():  # inference tensors have no version counter
+                torch.autograd.graph.increment_version(cache)
     return result

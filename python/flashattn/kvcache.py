@@ -2,7 +2,7 @@
 cache, optionally appending new keys/values (with rotary embedding) into the cache first."""
 
 from . import _ops
-from ._arrays import framework, is_torch
+from ._arrays import framework, torch_ops_for
 
 
 def flash_attn_with_kvcache(
@@ -39,10 +39,9 @@ def flash_attn_with_kvcache(
     num_splits is a hint for the GPU decode kernels (0 chooses). Returns out (batch, seqlen_q, heads,
     head_dim), or (out, softmax_lse (batch, heads, seqlen_q)) with return_softmax_lse=True. No backward.
     """
-    if is_torch(q):
-        from . import _torch_ops
-
-        out, lse = _torch_ops.attention_kvcache(
+    torch_ops = torch_ops_for(q)
+    if torch_ops is not None:
+        out, lse = torch_ops.attention_kvcache(
             q,
             k_cache,
             v_cache,

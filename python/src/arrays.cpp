@@ -47,22 +47,17 @@ const char* accepted_dtypes(const char* name) {
 }
 
 DType to_dtype(nb::dlpack::dtype dt, const char* function, const char* name) {
-  using Code = nb::dlpack::dtype_code;
-  if (dt.lanes == 1) {
-    if (dt.code == uint8_t(Code::Float) && dt.bits == 32) return DType::f32;
-    if (dt.code == uint8_t(Code::Float) && dt.bits == 16) return DType::f16;
-    if (dt.code == uint8_t(Code::Bfloat) && dt.bits == 16) return DType::bf16;
-    if (dt.code == uint8_t(Code::Float8_E4M3FN) && dt.bits == 8) return DType::fp8_e4m3;
-    if (dt.code == uint8_t(Code::Int) && dt.bits == 32) return DType::i32;
-  }
-  fail(function, name, accepted_dtypes(name), dlpack_dtype_name(dt));
+  DType known;
+  if (!dlpack_dtype(dt, known))
+    fail(function, name, accepted_dtypes(name), dlpack_dtype_name(dt));
+  return known;
 }
 
 Device to_device(int type, int id, const char* function, const char* name) {
-  // Pinned host memory is ordinary CPU memory for the CPU backends.
-  if (type == nb::device::cpu::value || type == nb::device::cuda_host::value) return Device::cpu();
-  if (type == nb::device::cuda::value || type == nb::device::cuda_managed::value) return Device::cuda(id);
-  fail(function, name, "a cpu or cuda array", "DLPack device type " + std::to_string(type));
+  Device known;
+  if (!dlpack_device(type, id, known))
+    fail(function, name, "a cpu or cuda array", "DLPack device type " + std::to_string(type));
+  return known;
 }
 
 template <typename Array>
@@ -84,6 +79,35 @@ Tensor convert(const Array& a, const char* function, const char* name) {
 }
 
 }  // namespace
+
+bool dlpack_dtype(nb::dlpack::dtype dt, DType& known) {
+  using Code = nb::dlpack::dtype_code;
+  if (dt.lanes != 1) return false;
+  if (dt.code == uint8_t(Code::Float) && dt.bits == 32)
+    known = DType::f32;
+  else if (dt.code == uint8_t(Code::Float) && dt.bits == 16)
+    known = DType::f16;
+  else if (dt.code == uint8_t(Code::Bfloat) && dt.bits == 16)
+    known = DType::bf16;
+  else if (dt.code == uint8_t(Code::Float8_E4M3FN) && dt.bits == 8)
+    known = DType::fp8_e4m3;
+  else if (dt.code == uint8_t(Code::Int) && dt.bits == 32)
+    known = DType::i32;
+  else
+    return false;
+  return true;
+}
+
+bool dlpack_device(int type, int id, Device& known) {
+  // Pinned host memory is ordinary CPU memory for the CPU backends.
+  if (type == nb::device::cpu::value || type == nb::device::cuda_host::value)
+    known = Device::cpu();
+  else if (type == nb::device::cuda::value || type == nb::device::cuda_managed::value)
+    known = Device::cuda(id);
+  else
+    return false;
+  return true;
+}
 
 Tensor to_tensor(const InArray& a, const char* function, const char* name) {
   return a.direct ? a.view : convert(a.array, function, name);

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 #include "arrays.h"
 #include "bindings.h"
@@ -21,6 +23,18 @@ AttentionOptions make_options(const char* function, std::optional<float> softmax
 // The stream argument is the integer value of a cudaStream_t (torch: stream.cuda_stream); 0 is the
 // default stream.
 inline Stream to_stream(uintptr_t stream) { return reinterpret_cast<Stream>(stream); }
+
+// The stream a call runs on: the caller's, or when None the current stream of the framework that `q` was
+// read through (DLPack's exchange API: torch.cuda.current_stream() for torch), else 0.
+uintptr_t resolve_stream(std::optional<uintptr_t> stream, const InArray& q, const Tensor& q_view);
+
+// The call's out and softmax_lse as the caller passed them, or, when out is None, both allocated with the
+// framework q was read through (torch.empty on q's device): out contiguous with q's shape and dtype,
+// softmax_lse float32 (batch, heads, seqlen_q), or (heads, total_q) when `varlen`. Returns the allocated
+// (out, softmax_lse), or None when the caller passed out. Throws invalid_argument naming `function` and
+// out when that framework cannot allocate (q was not read through DLPack's exchange API).
+nb::object attention_outputs(const char* function, const OutArray& out, const OutArray& softmax_lse, const InArray& q,
+                             const Tensor& q_view, bool varlen, Tensor& out_view, Tensor& lse_view);
 
 // Runs the call on `stream` with the GIL released: other Python threads go on while a CPU backend
 // computes, and no Python object is touched below this point.
@@ -44,5 +58,17 @@ struct QueryCall {
     return backend_support_list(flashattn::query_backends(params));
   }
 };
+
+// Runs or queries a fully built call. A run returns `outputs` (the arrays the entry allocated, or None); a
+// query returns the backends' answers.
+template <typename Action, typename Params>
+nb::object finish(const Params& params, uintptr_t stream, nb::object outputs) {
+  if constexpr (std::is_same_v<Action, QueryCall>) {
+    return Action::apply(params, stream);
+  } else {
+    Action::apply(params, stream);
+    return outputs;
+  }
+}
 
 }  // namespace flashattn::python

@@ -1,5 +1,6 @@
 // Facts about the build and the registered backends.
 
+#include "arrays.h"
 #include "bindings.h"
 #include "flashattn/version.h"
 
@@ -43,6 +44,24 @@ void bind_info(nb::module_& m) {
         return out;
       },
       "Every backend compiled in, in dispatch preference order, as dicts {name, device}.");
+  m.def(
+      "_read_arrays",
+      [](nb::args arrays) {
+        nb::list via;
+        for (nb::handle a : arrays) {
+          nb::detail::make_caster<InArray> caster;
+          const bool read = caster.from_python(a, 0, nullptr);
+          const ReadVia how = read ? caster.value.via : ReadVia::none;
+          via.append(how == ReadVia::exchange     ? "exchange"
+                     : how == ReadVia::attributes ? "attributes"
+                     : how == ReadVia::ndarray    ? "ndarray"
+                                                  : "none");
+        }
+        return via;
+      },
+      "How each argument would be read as an array argument: 'exchange' (DLPack's C exchange API), "
+      "'attributes' (a torch.Tensor's attributes), 'ndarray' (DLPack or the buffer protocol) or 'none' (internal: "
+      "tests and bench/host_cost.py).");
 }
 
 }  // namespace flashattn::python

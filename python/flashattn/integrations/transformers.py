@@ -17,7 +17,7 @@ import os
 
 import torch
 
-from ..interface import flash_attn_func, flash_attn_varlen_func
+from .. import _torch_ops
 from ._padding import pad, unpad
 
 NAME = "flashattn"
@@ -83,35 +83,34 @@ def attention_forward(module, query, key, value, attention_mask, scaling=None, d
             f"{attention_mask.dim()} dims; flashattn.integrations.transformers.register() installs the mask "
             "function that produces it"
         )
+    # Every layer of every step comes here: the options are read once each, and the unpadded call goes
+    # straight to the torch path (bench/host_cost.py, decode_transformers).
     causal = kwargs.get("is_causal")
     if causal is None:
         causal = getattr(module, "is_causal", True)
+    causal = bool(causal)
     deterministic = kwargs.get("deterministic")
-    if deterministic is None:  # transformers' rule for its flash-attention backends
-        deterministic = os.environ.get("FLASH_ATTENTION_DETERMINISTIC", "0") == "1"
-    options = dict(
-        dropout_p=dropout if module.training else 0.0,
-        softmax_scale=scaling,
-        causal=bool(causal),
-        window_size=_window(sliding_window, causal),
-        softcap=softcap or 0.0,
-        deterministic=bool(deterministic),
-    )
-    q, k, v = (x.transpose(1, 2) for x in (query, key, value))  # (batch, seq, heads, dim) views
+    if deterministic is None:
+        # transformers' rule for its flash-attention backends; it matters only to a backward.
+        deterministic = torch.is_grad_enabled() and os.environ.get("FLASH_ATTENTION_DETERMINISTIC", "0") == "1"
+    dropout_p = dropout if module.training else 0.0
+    window = _window(sliding_window, causal)
+    softcap = softcap or 0.0
+    q, k, v = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)  # (batch, seq, heads, dim) views
     batch, seq_q = q.shape[:2]
     seq_k = k.shape[1]
 
-    packed = None if attention_mask is not None else _packed_boundaries(kwargs, batch, seq_q, seq_k)
-    if packed is not None:
-        cu_q, cu_k, max_q, max_k = packed
-        out = flash_attn_varlen_func(
-            q.reshape(-1, *q.shape[2:]), k.reshape(-1, *k.shape[2:]), v.reshape(-1, *v.shape[2:]), cu_q, cu_k,
-            max_q, max_k, **options,
-        )
-        return out.reshape(batch, seq_q, *out.shape[1:]), None
-
     if attention_mask is None:
-        return flash_attn_func(q, k, v, **options), None
+        packed = _packed_boundaries(kwargs, batch, seq_q, seq_k) if kwargs else None
+        if packed is None:
+            out, _ = _torch_ops.attention(q, k, v, None, None, None, None, dropout_p, scaling, causal, window, softcap,
+                                          None, deterministic)  # fmt: skip
+            return out, None
+        cu_q, cu_k, max_q, max_k = packed
+        out, _ = _torch_ops.attention(q.reshape(-1, *q.shape[2:]), k.reshape(-1, *k.shape[2:]),
+                                      v.reshape(-1, *v.shape[2:]), cu_q, cu_k, max_q, max_k, dropout_p, scaling,
+                                      causal, window, softcap, None, deterministic)  # fmt: skip
+        return out.reshape(batch, seq_q, *out.shape[1:]), None
 
     key_mask = _fit_mask(attention_mask, seq_k)
     k_rows, key_indices, cu_seqlens_k, max_k = unpad(k, key_mask)
@@ -119,7 +118,8 @@ def attention_forward(module, query, key, value, attention_mask, scaling=None, d
     # Queries are the new tokens: the last seq_q positions the mask covers (not of the keys: a static
     # cache's keys run past the mask into unfilled slots).
     q_rows, query_indices, cu_seqlens_q, max_q = unpad(q, attention_mask.to(torch.bool)[:, -seq_q:])
-    out_rows = flash_attn_varlen_func(q_rows, k_rows, v_rows, cu_seqlens_q, cu_seqlens_k, max_q, max_k, **options)
+    out_rows, _ = _torch_ops.attention(q_rows, k_rows, v_rows, cu_seqlens_q, cu_seqlens_k, max_q, max_k, dropout_p,
+                                       scaling, causal, window, softcap, None, deterministic)  # fmt: skip
     return pad(out_rows, query_indices, batch, seq_q), None
 
 
