@@ -120,6 +120,24 @@ __device__ __forceinline__ void mma_ss_m64n64k16(float (&acc)[8][4], uint64_t de
 #endif
 }
 
+// acc += A B, m64n128k16, operands as above (the 128-key S tile of the sm90 forward).
+#define FA_WGMMA_SS_M64N128(TYPE)                                                                               \
+  asm volatile(FA_WGMMA_PRED(66) "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE " {" FA_WGMMA_D64 \
+                                 "}, %64, %65, p, 1, 1, 0, 0;\n}\n"                                             \
+               : FA_WGMMA_ACC64(acc)                                                                            \
+               : "l"(desc_a), "l"(desc_b), "r"(1))
+template <typename T>
+__device__ __forceinline__ void mma_ss_m64n128k16(float (&acc)[16][4], uint64_t desc_a, uint64_t desc_b) {
+#if FLASHATTN_WGMMA_ENABLED
+  if constexpr (std::is_same_v<T, __half>)
+    FA_WGMMA_SS_M64N128("f16");
+  else
+    FA_WGMMA_SS_M64N128("bf16");
+#else
+  __trap();
+#endif
+}
+
 // acc += A B, m64nNk16 (N = 64, 128), A (this warp's 16 x 16 of P) from registers, B (16 rows of K x N,
 // N-major: transposed) from shared memory.
 #define FA_WGMMA_RS_M64N64(TYPE)                                                                               \
