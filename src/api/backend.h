@@ -21,6 +21,10 @@ struct Backend {
   void (*run_bwd)(const BwdProblem&, Stream) = nullptr;
   std::string (*supports_kvcache)(const KVCacheProblem&) = nullptr;
   void (*run_kvcache)(const KVCacheProblem&, Stream) = nullptr;
+  // Non-null for a backend the dispatcher picks on its own only once the user opts in: it returns why
+  // not (empty when opted in). options.backend naming the backend runs it regardless. For a new kernel
+  // generation that has not yet been verified on its hardware.
+  std::string (*default_decline)() = nullptr;
 };
 
 // Every backend compiled in, in preference order: dispatch takes the first that supports a call.
