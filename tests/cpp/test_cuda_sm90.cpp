@@ -136,7 +136,9 @@ TEST(CudaSm90Host, TileTableFitsHopper) {
   }
   EXPECT_EQ(sm90::fwd_bucket(128), 128);
   EXPECT_EQ(sm90::fwd_bucket(72), 128);
-  EXPECT_EQ(sm90::fwd_bucket(64), 0);
+  EXPECT_EQ(sm90::fwd_bucket(64), 64);
+  EXPECT_EQ(sm90::fwd_bucket(40), 64);
+  EXPECT_EQ(sm90::fwd_bucket(32), 0);
   EXPECT_EQ(sm90::fwd_bucket(136), 0);
 }
 
@@ -290,7 +292,8 @@ void expect_sm90_forward(const AttnConfig& cfg, uint64_t seed) {
 
 // Query counts around the 128-row tile and the 64-row warpgroup half, key counts around the 128-key tile
 // and past the two-stage ring (5 key tiles: each stage refilled twice), causal (bottom-right) and not,
-// Sq != Sk both ways, GQA 4:1, bf16 and f16, head dims 128 and 72 (zero-filled by TMA past the head dim).
+// Sq != Sk both ways, GQA 4:1, bf16 and f16, head dims 128, 72, 64 and 40 (72 and 40 zero-filled by TMA
+// past the head dim). At D = 64 the ring has four stages: 700 keys refill each stage once or twice.
 TEST(CudaSm90, ForwardAtTileAndStageBoundaries) {
   FA_SKIP_WITHOUT_GPU(kBackend);
   uint64_t seed = 900;
@@ -299,10 +302,10 @@ TEST(CudaSm90, ForwardAtTileAndStageBoundaries) {
       for (bool causal : {false, true}) {
         AttnConfig c;
         c.dtype = (seed % 2) ? flashattn::DType::bf16 : flashattn::DType::f16;
-        c.head_dim = (seed % 3) ? 128 : 72;
+        c.head_dim = std::vector<int64_t>{128, 72, 64, 40}[seed % 4];
         c.batch = 2;
         c.heads = 4;
-        c.heads_k = (seed % 4) ? 1 : 4;
+        c.heads_k = (seed % 3) ? 1 : 4;
         c.seqlen_q = sq;
         c.seqlen_k = sk;
         c.causal = causal;

@@ -38,12 +38,26 @@ std::string default_decline() {
 }
 
 constexpr bool bucket_compiled(int bucket) {
-#if defined(FLASHATTN_SM90A) && defined(FLASHATTN_HDIM_128)
-  return bucket == 128;
-#else
-  (void)bucket;
-  return false;
+  bool compiled = false;
+#if defined(FLASHATTN_SM90A) && defined(FLASHATTN_HDIM_64)
+  compiled = compiled || bucket == 64;
 #endif
+#if defined(FLASHATTN_SM90A) && defined(FLASHATTN_HDIM_128)
+  compiled = compiled || bucket == 128;
+#endif
+  (void)bucket;
+  return compiled;
+}
+
+// Launches the (dtype, bucket) kernel; only compiled buckets are referenced.
+template <int kBucket>
+void run_bucket(const cuda::sm90::FwdArgs& args, DType dtype, cudaStream_t stream) {
+  if constexpr (bucket_compiled(kBucket)) {
+    if (dtype == DType::bf16)
+      cuda::sm90::run_fwd<__nv_bfloat16, kBucket>(args, stream);
+    else
+      cuda::sm90::run_fwd<__half, kBucket>(args, stream);
+  }
 }
 
 std::string device_reason(int device) {
@@ -69,7 +83,7 @@ std::string supports_fwd(const FwdProblem& p) {
     return std::string("dtype ") + dtype_name(p.dtype) + " (f16 or bf16 only)";
   const int bucket = fwd_bucket(p.head_dim);
   if (bucket == 0 || p.head_dim % 8 != 0)
-    return "head_dim " + std::to_string(p.head_dim) + " (a multiple of 8 in (64, 128] so far)";
+    return "head_dim " + std::to_string(p.head_dim) + " (a multiple of 8 in (32, 128] so far)";
   if (!bucket_compiled(bucket))
     return "head_dim bucket " + std::to_string(bucket) + " not compiled (FLASHATTN_HEAD_DIMS)";
   if (p.varlen()) return "varlen (cu_seqlens) not yet implemented";
@@ -118,12 +132,10 @@ void run_fwd(const FwdProblem& p, Stream stream) {
   args.k_map = cuda::sm90::make_rows_map(p.k, p.dtype, p.head_dim, p.seqlen_k, p.heads_k, p.batch, tile.block_n);
   args.v_map = cuda::sm90::make_rows_map(p.v, p.dtype, p.head_dim, p.seqlen_k, p.heads_k, p.batch, tile.block_n);
   const auto s = static_cast<cudaStream_t>(stream);
-  if constexpr (bucket_compiled(128)) {
-    if (p.dtype == DType::bf16)
-      cuda::sm90::run_fwd<__nv_bfloat16, 128>(args, s);
-    else
-      cuda::sm90::run_fwd<__half, 128>(args, s);
-  }
+  if (bucket == 64)
+    run_bucket<64>(args, p.dtype, s);
+  else
+    run_bucket<128>(args, p.dtype, s);
 #else
   (void)p;
   (void)stream;

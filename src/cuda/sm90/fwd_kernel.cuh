@@ -51,7 +51,8 @@ struct FwdConsumer {
   static constexpr int kOFrags = kHeadDim / 8;  // n8 column groups of O
   static constexpr int kQKSteps = kHeadDim / 16;
   static constexpr int kPVSteps = kBlockN / 16;
-  static_assert(kBlockN == 128 && kHeadDim == 128, "the wgmma wrappers used here are m64n128k16");
+  static_assert(kBlockN == 128 && (kHeadDim == 64 || kHeadDim == 128),
+                "the wgmma wrappers used here: m64n128k16 (S), m64n64k16 / m64n128k16 (O)");
 
   // S = Q K^T for this warpgroup's 64 rows (q_base: the Q tile; row0: the warpgroup's first row in it).
   __device__ __forceinline__ static void qk(float (&s)[kSFrags][4], uint32_t q_base, int row0, uint32_t k_base) {

@@ -54,12 +54,18 @@ FA_HD constexpr Sm90FwdTile fwd_tile(int bucket) {
   // 128 x 128, two stages: S (64 x 128) and O (64 x 128) take 64 fp32 registers each per consumer
   // thread, P 32 more; Q + 2 x (K + V) = 160 KB.
   if (bucket == 128) return Sm90FwdTile{128, 128, 128, 2, 24, 240};
+  // 128 x 128 as at D = 128 (FA3 runs 192 x 128 with three consumer warpgroups: a later step); the tiles
+  // are half as large, so four stages fit (Q + 4 x (K + V) = 144 KB).
+  if (bucket == 64) return Sm90FwdTile{64, 128, 128, 4, 24, 240};
   return Sm90FwdTile{};
 }
 
 // The head-dim bucket a head dim runs in (0: none). Head dims below the bucket are zero-filled by TMA
 // (the map's dim 0 is the real head dim) and never stored.
-FA_HD constexpr int fwd_bucket(int64_t head_dim) { return head_dim > 64 && head_dim <= 128 ? 128 : 0; }
+// Head dims of 32 and below stay with sm80: their box (64 elements) would be wider than the whole row.
+FA_HD constexpr int fwd_bucket(int64_t head_dim) {
+  return head_dim > 64 && head_dim <= 128 ? 128 : (head_dim > 32 && head_dim <= 64 ? 64 : 0);
+}
 
 // Byte offset of element (row, col) in a tile of `rows` rows (the layout above).
 FA_HD constexpr uint32_t tile_byte_offset(int rows, int row, int col) {
