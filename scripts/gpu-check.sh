@@ -178,10 +178,10 @@ if wants sm90; then
   done
   step sm90-sass 20 scripts/sass-check.sh "$TESTS"
   [ -n "$wheel" ] && step sm90-compare 120 env FLASHATTN_ENABLE_SM90=1 python3 bench/compare_torch.py \
-    --out "$OUT/compare_torch_sm90.json" --plot-dir /tmp/plots-sm90 --dims 64,128 --dtypes bf16,fp16 --modes fwd \
+    --out "$OUT/compare_torch_sm90.json" --plot-dir /tmp/plots-sm90 --dims 64,128,256 --dtypes bf16,fp16 --modes fwd \
     --impls flashattn,flashattn_sm80,sdpa_flash,sdpa_cudnn --rounds 3 --rep 60
   cp /tmp/plots-sm90/*.png "$OUT/" 2>/dev/null
-  step sm90-bench 60 "$BENCH" --device cuda --impl cuda_sm90,cuda_sm80 --sweep --mode fwd --dims 64,128 \
+  step sm90-bench 60 "$BENCH" --device cuda --impl cuda_sm90,cuda_sm80 --sweep --mode fwd --dims 64,128,256 \
     --seqlens 512,2048,8192 --iters 5 --warmup 1 --json "$OUT/bench_sm90.json"
 fi
 if wants scale; then

@@ -139,7 +139,9 @@ TEST(CudaSm90Host, TileTableFitsHopper) {
   EXPECT_EQ(sm90::fwd_bucket(64), 64);
   EXPECT_EQ(sm90::fwd_bucket(40), 64);
   EXPECT_EQ(sm90::fwd_bucket(32), 0);
-  EXPECT_EQ(sm90::fwd_bucket(136), 0);
+  EXPECT_EQ(sm90::fwd_bucket(136), 256);
+  EXPECT_EQ(sm90::fwd_bucket(256), 256);
+  EXPECT_EQ(sm90::fwd_bucket(264), 0);
 }
 
 // A model of one mbarrier (PTX ISA): pending arrivals and transaction bytes of the current phase; the
@@ -292,17 +294,18 @@ void expect_sm90_forward(const AttnConfig& cfg, uint64_t seed) {
 
 // Query counts around the 128-row tile and the 64-row warpgroup half, key counts around the 128-key tile
 // and past the two-stage ring (5 key tiles: each stage refilled twice), causal (bottom-right) and not,
-// Sq != Sk both ways, GQA 4:1, bf16 and f16, head dims 128, 72, 64 and 40 (72 and 40 zero-filled by TMA
-// past the head dim). At D = 64 the ring has four stages: 700 keys refill each stage once or twice.
+// Sq != Sk both ways, GQA 4:1, bf16 and f16, head dims 128, 72, 64, 40, 256 and 200 (72, 40 and 200
+// zero-filled by TMA past the head dim). At D = 64 the ring has four stages: 700 keys refill each stage once
+// or twice; at D = 256 the key tile is 80 (79 and 81 keys).
 TEST(CudaSm90, ForwardAtTileAndStageBoundaries) {
   FA_SKIP_WITHOUT_GPU(kBackend);
   uint64_t seed = 900;
   for (int64_t sq : {1, 63, 65, 128, 129, 300})
-    for (int64_t sk : {1, 127, 128, 129, 640, 700})
+    for (int64_t sk : {1, 79, 81, 127, 128, 129, 640, 700})
       for (bool causal : {false, true}) {
         AttnConfig c;
         c.dtype = (seed % 2) ? flashattn::DType::bf16 : flashattn::DType::f16;
-        c.head_dim = std::vector<int64_t>{128, 72, 64, 40}[seed % 4];
+        c.head_dim = std::vector<int64_t>{128, 72, 64, 40, 256, 200}[seed % 6];
         c.batch = 2;
         c.heads = 4;
         c.heads_k = (seed % 3) ? 1 : 4;

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 
 #include "api/backends.h"
@@ -44,6 +45,9 @@ constexpr bool bucket_compiled(int bucket) {
 #endif
 #if defined(FLASHATTN_SM90A) && defined(FLASHATTN_HDIM_128)
   compiled = compiled || bucket == 128;
+#endif
+#if defined(FLASHATTN_SM90A) && defined(FLASHATTN_HDIM_256)
+  compiled = compiled || bucket == 256;
 #endif
   (void)bucket;
   return compiled;
@@ -83,7 +87,7 @@ std::string supports_fwd(const FwdProblem& p) {
     return std::string("dtype ") + dtype_name(p.dtype) + " (f16 or bf16 only)";
   const int bucket = fwd_bucket(p.head_dim);
   if (bucket == 0 || p.head_dim % 8 != 0)
-    return "head_dim " + std::to_string(p.head_dim) + " (a multiple of 8 in (32, 128] so far)";
+    return "head_dim " + std::to_string(p.head_dim) + " (a multiple of 8 in (32, 256])";
   if (!bucket_compiled(bucket))
     return "head_dim bucket " + std::to_string(bucket) + " not compiled (FLASHATTN_HEAD_DIMS)";
   if (p.varlen()) return "varlen (cu_seqlens) not yet implemented";
@@ -97,8 +101,10 @@ std::string supports_fwd(const FwdProblem& p) {
     return "a dimension above 2^30 (32-bit TMA coordinates)";
   const int64_t tiles = cuda::ceil_div(p.seqlen_q, fwd_tile(bucket).block_m) * p.heads * p.batch;
   if (tiles > cuda::kMaxGridX) return "the forward needs " + std::to_string(tiles) + " CTAs, above 2^31 - 1";
-  for (const auto& [view, name] : {std::pair{p.q, "q"}, std::pair{p.k, "k"}, std::pair{p.v, "v"}})
-    if (std::string r = cuda::sm90::tma_view_reason(view, 2, name); !r.empty()) return r;
+  for (const auto& [view, rows, heads, name] :
+       {std::tuple{p.q, p.seqlen_q, p.heads, "q"}, std::tuple{p.k, p.seqlen_k, p.heads_k, "k"},
+        std::tuple{p.v, p.seqlen_k, p.heads_k, "v"}})
+    if (std::string r = cuda::sm90::tma_view_reason(view, 2, rows, heads, p.batch, name); !r.empty()) return r;
   // out is written with 16-byte stores (the epilogue's chunks).
   if (reinterpret_cast<uintptr_t>(p.out.ptr) % 16 != 0 || p.out.row_stride % 8 != 0 || p.out.head_stride % 8 != 0 ||
       p.out.batch_stride % 8 != 0)
@@ -134,8 +140,10 @@ void run_fwd(const FwdProblem& p, Stream stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   if (bucket == 64)
     run_bucket<64>(args, p.dtype, s);
-  else
+  else if (bucket == 128)
     run_bucket<128>(args, p.dtype, s);
+  else
+    run_bucket<256>(args, p.dtype, s);
 #else
   (void)p;
   (void)stream;

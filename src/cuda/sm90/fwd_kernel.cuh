@@ -51,8 +51,8 @@ struct FwdConsumer {
   static constexpr int kOFrags = kHeadDim / 8;  // n8 column groups of O
   static constexpr int kQKSteps = kHeadDim / 16;
   static constexpr int kPVSteps = kBlockN / 16;
-  static_assert(kBlockN == 128 && (kHeadDim == 64 || kHeadDim == 128),
-                "the wgmma wrappers used here: m64n128k16 (S), m64n64k16 / m64n128k16 (O)");
+  static_assert((kBlockN == 80 || kBlockN == 128) && (kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256),
+                "the wgmma wrappers: m64n80k16 / m64n128k16 (S), m64n64k16 / m64n128k16 / m64n256k16 (O)");
 
   // S = Q K^T for this warpgroup's 64 rows (q_base: the Q tile; row0: the warpgroup's first row in it).
   __device__ __forceinline__ static void qk(float (&s)[kSFrags][4], uint32_t q_base, int row0, uint32_t k_base) {
@@ -63,8 +63,9 @@ struct FwdConsumer {
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < kQKSteps; ++kk)
-      wgmma::mma_ss_m64n128k16<T>(s, wgmma::smem_desc(q_base + kmajor_start(kBlockM, row0, kk), 16, kSwizzleAtomBytes),
-                                  wgmma::smem_desc(k_base + kmajor_start(kBlockN, 0, kk), 16, kSwizzleAtomBytes));
+      wgmma::mma_ss_m64k16<T, kSFrags>(
+          s, wgmma::smem_desc(q_base + kmajor_start(kBlockM, row0, kk), 16, kSwizzleAtomBytes),
+          wgmma::smem_desc(k_base + kmajor_start(kBlockN, 0, kk), 16, kSwizzleAtomBytes));
     wgmma::commit_group();
     wgmma::wait_group<0>();
     wgmma::fence_operands(s);

@@ -57,13 +57,18 @@ FA_HD constexpr Sm90FwdTile fwd_tile(int bucket) {
   // 128 x 128 as at D = 128 (FA3 runs 192 x 128 with three consumer warpgroups: a later step); the tiles
   // are half as large, so four stages fit (Q + 4 x (K + V) = 144 KB).
   if (bucket == 64) return Sm90FwdTile{64, 128, 128, 4, 24, 240};
+  // 128 x 80 (FA3's choice): O alone takes 128 registers a consumer thread, S 40 and P 20; Q 64 KB +
+  // 2 x (K + V) of 40 KB = 224 KB of sm_90's 227.
+  if (bucket == 256) return Sm90FwdTile{256, 128, 80, 2, 24, 240};
   return Sm90FwdTile{};
 }
 
 // The head-dim bucket a head dim runs in (0: none). Head dims below the bucket are zero-filled by TMA
 // (the map's dim 0 is the real head dim) and never stored.
 // Head dims of 32 and below stay with sm80: their box (64 elements) would be wider than the whole row.
+// Head dims between 128 and 256 run in bucket 256 (FA3 has a 192 bucket: a later step).
 FA_HD constexpr int fwd_bucket(int64_t head_dim) {
+  if (head_dim > 128 && head_dim <= 256) return 256;
   return head_dim > 64 && head_dim <= 128 ? 128 : (head_dim > 32 && head_dim <= 64 ? 64 : 0);
 }
 

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <string>
+#include <tuple>
 
 #include "flashattn/error.h"
 
@@ -33,15 +34,18 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
 
 }  // namespace
 
-std::string tma_view_reason(const RowsView& v, int64_t elem_bytes, const char* name) {
+std::string tma_view_reason(const RowsView& v, int64_t elem_bytes, int64_t rows, int64_t heads, int64_t batch,
+                            const char* name) {
   if (reinterpret_cast<uintptr_t>(v.ptr) % 16 != 0)
     return std::string(name) + ": data pointer not 16-byte aligned (TMA)";
-  for (const auto& [stride, what] :
-       {std::pair{v.row_stride, "row"}, std::pair{v.head_stride, "head"}, std::pair{v.batch_stride, "batch"}}) {
+  for (const auto& [stride, size, what] :
+       {std::tuple{v.row_stride, rows, "row"}, std::tuple{v.head_stride, heads, "head"},
+        std::tuple{v.batch_stride, batch, "batch"}}) {
+    if (size <= 1) continue;
     const int64_t bytes = stride * elem_bytes;
-    if (bytes % 16 != 0 || bytes < 0 || bytes >= kStrideLimit)
+    if (bytes % 16 != 0 || bytes <= 0 || bytes >= kStrideLimit)
       return std::string(name) + ": " + what + " stride " + std::to_string(stride) +
-             " elements is not a multiple of 16 bytes below 2^40 (TMA)";
+             " elements is not a positive multiple of 16 bytes below 2^40 (TMA)";
   }
   return {};
 }
@@ -52,11 +56,10 @@ CUtensorMap make_rows_map(const RowsView& v, DType dtype, int64_t head_dim, int6
   const cuuint64_t dims[4] = {cuuint64_t(head_dim), cuuint64_t(std::max<int64_t>(rows, 1)),
                               cuuint64_t(std::max<int64_t>(heads, 1)), cuuint64_t(std::max<int64_t>(batch, 1))};
   // A dim of size 1 is never stepped over, but the driver still checks its stride (a multiple of 16 below
-  // 2^40); a dense batch of one or a varlen view may carry 0 there, so such a dim borrows a valid stride.
+  // 2^40); a batch of one may carry any stride there (0, say), so such a dim gets 16 bytes.
   int64_t strides[3] = {v.row_stride * elem, v.head_stride * elem, v.batch_stride * elem};
-  const int64_t fallback = std::max<int64_t>({strides[0], strides[1], strides[2], 16});
   for (int i = 0; i < 3; ++i)
-    if (dims[i + 1] == 1 && strides[i] == 0) strides[i] = fallback;
+    if (dims[i + 1] == 1) strides[i] = 16;
   const cuuint64_t byte_strides[3] = {cuuint64_t(strides[0]), cuuint64_t(strides[1]), cuuint64_t(strides[2])};
   const cuuint32_t box[4] = {64, cuuint32_t(box_rows), 1, 1};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
