@@ -126,6 +126,7 @@ TEST(CudaSm90Host, TileTableFitsHopper) {
     EXPECT_EQ(t.head_dim % 64, 0);  // whole 128-byte panels
     EXPECT_LE(t.smem_bytes(), kSmemOptin);
     EXPECT_TRUE(t.registers_fit());
+    EXPECT_GE(t.stages, 2);  // the ping-pong turns (fwd_kernel.cuh)
     // every tile starts on the swizzle atom, the barriers on 8 bytes
     EXPECT_EQ(t.q_bytes() % 1024, 0);
     for (int s = 0; s < t.stages; ++s) {
@@ -261,6 +262,131 @@ TEST(CudaSm90Host, PipelinePhasesKeepStagesSafe) {
 
 // The check above can fail: a producer that waits for the full parity on `empty` never starts.
 TEST(CudaSm90Host, PipelineModelCatchesAWrongParity) { EXPECT_FALSE(run_pipeline<2>(5, 2, 1, /*broken_parity=*/true)); }
+
+// The consumers' ping-pong (fwd_kernel.cuh) on top of the ring: each consumer runs the kernel's sequence
+// of operations for `tiles` key tiles (turn barriers: arrive / sync; ring: wait for a tile's stage, which
+// starts reading it, and release it), modelled as a named barrier of two parties (the syncing warpgroup
+// and the arriving one): a second arrival before the sync would complete the hardware barrier without the
+// syncing warpgroup, so it fails here, as do a deadlock and arrivals left over at the end.
+enum class Op { arrive_other, sync_mine, wait_tile, release_tile };
+struct Step {
+  Op op;
+  int tile;
+};
+std::vector<Step> consumer_steps(int consumer, int tiles, bool pingpong) {
+  std::vector<Step> v;
+  const auto arrive_if = [&](bool c) {
+    if (pingpong && c) v.push_back({Op::arrive_other, 0});
+  };
+  if (tiles > 0) {
+    arrive_if(consumer == 1);
+    if (pingpong) v.push_back({Op::sync_mine, 0});
+    v.push_back({Op::wait_tile, 0});  // K[0], then Q K^T
+    arrive_if(true);
+  }
+  for (int n = 0; n < tiles; ++n) {
+    if (pingpong) v.push_back({Op::sync_mine, 0});
+    v.push_back({Op::release_tile, n});  // V[n] read by P V, then the stage released
+    if (n + 1 < tiles) {
+      v.push_back({Op::wait_tile, n + 1});
+      arrive_if(true);
+    } else {
+      arrive_if(consumer == 0);
+    }
+  }
+  return v;
+}
+
+template <int kStages>
+::testing::AssertionResult run_pingpong(int tiles, bool pingpong, uint64_t seed) {
+  constexpr int kConsumers = 2;
+  std::vector<ModelBarrier> full(kStages), empty(kStages);
+  for (auto& b : empty) b.count = b.pending = kConsumers;
+  std::vector<int> content(kStages, -1), readers(kStages, 0);
+  int turn_pending[kConsumers] = {0, 0};  // arrivals waiting on consumer c's turn barrier
+  sm90::PipelineState<kStages> prod;
+  int next_tile = 0;
+  std::vector<std::pair<int, int>> in_flight;  // (stage, tile) issued, not landed
+  struct Consumer {
+    std::vector<Step> steps;
+    size_t at = 0;
+    sm90::PipelineState<kStages> st;
+  };
+  Consumer cons[kConsumers] = {{consumer_steps(0, tiles, pingpong)}, {consumer_steps(1, tiles, pingpong)}};
+  std::mt19937_64 rng(seed);
+  for (int64_t step = 0; step < 100000; ++step) {
+    bool done = next_tile == tiles && in_flight.empty();
+    for (const Consumer& c : cons) done = done && c.at == c.steps.size();
+    if (done) {
+      if (turn_pending[0] != 0 || turn_pending[1] != 0)
+        return ::testing::AssertionFailure() << "arrivals left on the turn barriers";
+      return ::testing::AssertionSuccess();
+    }
+    std::vector<int> ready;
+    if (next_tile < tiles && empty[size_t(prod.stage)].try_wait(prod.empty_parity())) ready.push_back(0);
+    if (!in_flight.empty()) ready.push_back(1);
+    for (int i = 0; i < kConsumers; ++i) {
+      const Consumer& c = cons[i];
+      if (c.at == c.steps.size()) continue;
+      const Op op = c.steps[c.at].op;
+      if ((op == Op::sync_mine && turn_pending[i] == 0) ||
+          (op == Op::wait_tile && !full[size_t(c.st.stage)].try_wait(c.st.full_parity())))
+        continue;
+      ready.push_back(2 + i);
+    }
+    if (ready.empty()) return ::testing::AssertionFailure() << "deadlock at step " << step;
+    const int actor = ready[rng() % ready.size()];
+    if (actor == 0) {
+      full[size_t(prod.stage)].arrive_expect_tx(1);
+      in_flight.push_back({prod.stage, next_tile++});
+      prod.advance();
+    } else if (actor == 1) {
+      const size_t i = rng() % in_flight.size();
+      const auto [stage, tile] = in_flight[i];
+      in_flight.erase(in_flight.begin() + long(i));
+      if (readers[size_t(stage)] != 0) return ::testing::AssertionFailure() << "tile " << tile << " landed while read";
+      content[size_t(stage)] = tile;
+      full[size_t(stage)].complete_tx(1);
+    } else {
+      const int i = actor - 2;
+      Consumer& c = cons[i];
+      const Step s = c.steps[c.at++];
+      const size_t stage = size_t(c.st.stage);
+      switch (s.op) {
+        case Op::arrive_other:
+          if (turn_pending[1 - i]++ != 0) return ::testing::AssertionFailure() << "two arrivals in one turn";
+          break;
+        case Op::sync_mine:
+          --turn_pending[i];
+          break;
+        case Op::wait_tile:
+          if (content[stage] != s.tile) return ::testing::AssertionFailure() << "read the wrong tile";
+          ++readers[stage];
+          break;
+        case Op::release_tile:
+          if (content[stage] != s.tile) return ::testing::AssertionFailure() << "tile overwritten while read";
+          --readers[stage];
+          empty[stage].arrive();
+          c.st.advance();
+          break;
+      }
+    }
+  }
+  return ::testing::AssertionFailure() << "did not finish";
+}
+
+TEST(CudaSm90Host, PingPongTurnsNeitherDeadlockNorLeaveArrivals) {
+  for (uint64_t seed = 0; seed < 40; ++seed)
+    for (int tiles : {0, 1, 2, 3, 9})
+      for (bool pingpong : {false, true}) {
+        EXPECT_TRUE(run_pingpong<2>(tiles, pingpong, seed)) << tiles << " tiles, ping-pong " << pingpong;
+        EXPECT_TRUE(run_pingpong<4>(tiles, pingpong, seed)) << tiles << " tiles, ping-pong " << pingpong;
+      }
+  // The model catches a ring too shallow for the turns (fwd_kernel.cuh's static_assert).
+  bool deadlocked = false;
+  for (uint64_t seed = 0; seed < 10; ++seed) deadlocked = deadlocked || !run_pingpong<1>(3, true, seed);
+  EXPECT_TRUE(deadlocked);
+}
 
 TEST(CudaSm90Host, PipelineStateWalksTheRing) {
   sm90::PipelineState<3> st;

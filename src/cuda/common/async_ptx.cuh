@@ -108,6 +108,15 @@ __device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// Arrives on named barrier `id` without waiting (the producer side of a barrier other threads sync on),
+// when `pred`: a predicated instruction rather than a branch, so that it may sit between a wgmma and its
+// wait without ptxas serialising the wgmma (warning C7518, "WG.DP in divergent path").
+__device__ __forceinline__ void named_barrier_arrive(bool pred, uint32_t id, uint32_t threads) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %0, 0;\n@p bar.arrive %1, %2;\n}\n" ::"r"(uint32_t(pred)), "r"(id),
+               "r"(threads)
+               : "memory");
+}
+
 // setmaxnreg (sm_90a): the executing warpgroup releases registers down to, or takes them up to, kRegs per
 // thread. It takes effect only when the kernel has a register cap at entry (__launch_bounds__ with a
 // minimum of 1 block, or -maxrregcount) and each warpgroup's role is one branch of an if/else.

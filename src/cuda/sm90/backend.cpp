@@ -28,14 +28,24 @@ namespace {
 using cuda::sm90::fwd_bucket;
 using cuda::sm90::fwd_tile;
 
+// Whether the environment variable `name` is "1".
+bool env_on(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::string_view(v) == "1";
+}
+
 // FLASHATTN_ENABLE_SM90=1 lets the dispatcher pick cuda_sm90 on its own (read once per process).
 std::string default_decline() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("FLASHATTN_ENABLE_SM90");
-    return v != nullptr && std::string_view(v) == "1";
-  }();
+  static const bool enabled = env_on("FLASHATTN_ENABLE_SM90");
   if (enabled) return {};
   return "not yet verified on a GPU (set FLASHATTN_ENABLE_SM90=1 or options.backend = \"cuda_sm90\" to run it)";
+}
+
+// FLASHATTN_SM90_PINGPONG=1 turns on the consumer warpgroups' ping-pong (fwd_kernel.cuh; read once per
+// process): off until measured, so that one build runs both ways.
+bool pingpong_enabled() {
+  static const bool on = env_on("FLASHATTN_SM90_PINGPONG");
+  return on;
 }
 
 constexpr bool bucket_compiled(int bucket) {
@@ -133,6 +143,7 @@ void run_fwd(const FwdProblem& p, Stream stream) {
   args.scale_log2 = float(double(p.score.softmax_scale) * 1.4426950408889634);
   args.group = int(p.group_size());
   args.num_m_blocks = int(cuda::ceil_div(p.seqlen_q, tile.block_m));
+  args.pingpong = pingpong_enabled();
   if (int64_t(args.num_m_blocks) * p.heads * p.batch == 0) return;
   args.q_map = cuda::sm90::make_rows_map(p.q, p.dtype, p.head_dim, p.seqlen_q, p.heads, p.batch, tile.block_m);
   args.k_map = cuda::sm90::make_rows_map(p.k, p.dtype, p.head_dim, p.seqlen_k, p.heads_k, p.batch, tile.block_n);

@@ -54,8 +54,9 @@ struct FwdConsumer {
   static_assert((kBlockN == 80 || kBlockN == 128) && (kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256),
                 "the wgmma wrappers: m64n80k16 / m64n128k16 (S), m64n64k16 / m64n128k16 / m64n256k16 (O)");
 
-  // S = Q K^T for this warpgroup's 64 rows (q_base: the Q tile; row0: the warpgroup's first row in it).
-  __device__ __forceinline__ static void qk(float (&s)[kSFrags][4], uint32_t q_base, int row0, uint32_t k_base) {
+  // Issues S = Q K^T for this warpgroup's 64 rows (q_base: the Q tile; row0: the warpgroup's first row in
+  // it); finish(s) waits for it.
+  __device__ __forceinline__ static void qk_issue(float (&s)[kSFrags][4], uint32_t q_base, int row0, uint32_t k_base) {
 #pragma unroll
     for (int j = 0; j < kSFrags; ++j)
 #pragma unroll
@@ -67,13 +68,21 @@ struct FwdConsumer {
           s, wgmma::smem_desc(q_base + kmajor_start(kBlockM, row0, kk), 16, kSwizzleAtomBytes),
           wgmma::smem_desc(k_base + kmajor_start(kBlockN, 0, kk), 16, kSwizzleAtomBytes));
     wgmma::commit_group();
-    wgmma::wait_group<0>();
-    wgmma::fence_operands(s);
   }
 
-  // O += P V with P = s (fp32 probabilities of this warp's rows) rounded to T in registers: two adjacent n8
-  // groups of the accumulator are the A fragment of one k16 step (cuda/common/wgmma.cuh).
-  __device__ __forceinline__ static void pv(float (&o)[kOFrags][4], const float (&s)[kSFrags][4], uint32_t v_base) {
+  // Waits for this warpgroup's products in flight, the last of which writes `acc`, and keeps the
+  // compiler's reads of acc after the wait.
+  template <int kN>
+  __device__ __forceinline__ static void finish(float (&acc)[kN][4]) {
+    wgmma::wait_group<0>();
+    wgmma::fence_operands(acc);
+  }
+
+  // Issues O += P V with P = s (fp32 probabilities of this warp's rows) rounded to T in registers: two
+  // adjacent n8 groups of the accumulator are the A fragment of one k16 step (cuda/common/wgmma.cuh);
+  // finish(o) waits for it.
+  __device__ __forceinline__ static void pv_issue(float (&o)[kOFrags][4], const float (&s)[kSFrags][4],
+                                                  uint32_t v_base) {
     uint32_t pa[kPVSteps][4];
 #pragma unroll
     for (int kk = 0; kk < kPVSteps; ++kk) {
@@ -88,8 +97,6 @@ struct FwdConsumer {
       wgmma::mma_rs_m64k16_tn<T, kOFrags>(
           o, pa[kk], wgmma::smem_desc(v_base + mnmajor_start(kk), mnmajor_leading(kBlockN), kSwizzleAtomBytes));
     wgmma::commit_group();
-    wgmma::wait_group<0>();
-    wgmma::fence_operands(o);
   }
 };
 
@@ -117,12 +124,18 @@ __device__ __forceinline__ Sm90TilePlace place_tile(const FwdArgs& args, const M
   return t;
 }
 
+// Named barriers (0 is __syncthreads): the epilogue's, one per consumer warpgroup, and the ping-pong turns.
+inline constexpr uint32_t kEpilogueBarrier = 1, kTurnBarrier = 3;
+
 template <typename T, int kHeadDim>
 __global__ void __launch_bounds__(fwd_tile(kHeadDim).threads(), 1) fwd_kernel(const __grid_constant__ FwdArgs args) {
   constexpr Sm90FwdTile kTile = fwd_tile(kHeadDim);
   constexpr int kBlockM = kTile.block_m, kBlockN = kTile.block_n, kStages = kTile.stages;
   constexpr int kPanels = kTile.panels();
   static_assert(kTile.registers_fit(), "setmaxnreg budgets exceed the register file");
+  // With ping-pong, warpgroup 0's turn for key tile n waits for K[n], whose stage warpgroup 1 releases in
+  // its turn for tile n - kStages + 1: with one stage that turn comes after the wait (a deadlock).
+  static_assert(kStages >= 2, "the ping-pong turns need two stages at least");
   using Consumer = FwdConsumer<T, kHeadDim>;
   using QTile = sm80::SmemTile<kBlockM, kHeadDim>;  // the same layout (fwd_tile.h), for the epilogue
 
@@ -203,30 +216,61 @@ __global__ void __launch_bounds__(fwd_tile(kHeadDim).threads(), 1) fwd_kernel(co
 
   // Q is waited for even without keys: the epilogue stages O in Q's rows, which TMA may still be writing.
   async::mbarrier_wait(q_full, 0);
-  PipelineState<kStages> st;
-  for (int n = t.n_begin; n < t.n_end; ++n) {
-    float s[1][Consumer::kSFrags][4];  // one 16-row fragment row per warp: sm80's [mf][f][e] view
-    async::mbarrier_wait(k_full(st.stage), st.full_parity());
-    Consumer::qk(s[0], base, wg_row0, base + uint32_t(kTile.k_offset(st.stage)));
-
+  float s[1][Consumer::kSFrags][4];  // one 16-row fragment row per warp: sm80's [mf][f][e] view
+  // Mask and online softmax of key tile n in s (P afterwards), and O's rescale.
+  const auto softmax_tile = [&](int n) {
     const int64_t key0 = int64_t(n) * kBlockN;
     if (!sm80::tile_fully_visible(mask, t.m0, t.m0 + t.valid_rows - 1, key0, key0 + kBlockN - 1))
       sm80::mask_rowmajor(s, mask, t.m0 + warp_row0, key0, lane);
     float rescale[1][2];
     softmax.update(s, rescale, args.scale_log2);
     // Every factor is exactly 1 once a warp's row maxima stop growing: skip the multiplies then (a
-    // warp-uniform vote; the product below is warpgroup-wide but reads o only after its fence).
+    // warp-uniform vote; the product that reads o is warpgroup-wide but reads it only after its fence).
     if (__any_sync(0xffffffffu, rescale[0][0] != 1.0f || rescale[0][1] != 1.0f)) {
 #pragma unroll
       for (int j = 0; j < Consumer::kOFrags; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) o[j][e] *= rescale[0][e >> 1];
     }
-
+  };
+  // Ping-pong (args.pingpong): the two consumer warpgroups take turns at issuing their products, so that
+  // one's softmax runs while the other's products occupy the tensor cores. A turn is the section from
+  // P V of tile n to the issue of Q K^T of tile n + 1 (the first: Q K^T of the first tile); warpgroup c
+  // waits for its turn on named barrier kTurnBarrier + c (its 128 threads sync, the other warpgroup's 128
+  // arrive) and hands the turn over right after its last issue. Consumer 1 hands warpgroup 0 its first
+  // turn and does not hand over after its last: every sync has exactly one arrival (both warpgroups visit
+  // the same key tiles).
+  const bool pingpong = args.pingpong && kTile.consumer_warpgroups() == 2;
+  const uint32_t my_turn = kTurnBarrier + uint32_t(consumer), other_turn = kTurnBarrier + uint32_t(consumer ^ 1);
+  constexpr uint32_t kTurnThreads = 2 * kWarpgroupThreads;
+  PipelineState<kStages> st;
+  if (t.n_begin < t.n_end) {
+    if (pingpong) {
+      async::named_barrier_arrive(consumer == 1, other_turn, kTurnThreads);
+      async::named_barrier_sync(my_turn, kTurnThreads);
+    }
+    async::mbarrier_wait(k_full(st.stage), st.full_parity());
+    Consumer::qk_issue(s[0], base, wg_row0, base + uint32_t(kTile.k_offset(st.stage)));
+    async::named_barrier_arrive(pingpong, other_turn, kTurnThreads);
+    Consumer::finish(s[0]);
+    softmax_tile(t.n_begin);
+  }
+  for (int n = t.n_begin; n < t.n_end; ++n) {
+    if (pingpong) async::named_barrier_sync(my_turn, kTurnThreads);
     async::mbarrier_wait(v_full(st.stage), st.full_parity());
-    Consumer::pv(o, s[0], base + uint32_t(kTile.v_offset(st.stage)));
-    async::mbarrier_arrive(empty(st.stage));
+    Consumer::pv_issue(o, s[0], base + uint32_t(kTile.v_offset(st.stage)));
+    Consumer::finish(o);
+    async::mbarrier_arrive(empty(st.stage));  // the tensor cores are done reading K[n] and V[n]
     st.advance();
+    if (n + 1 < t.n_end) {
+      async::mbarrier_wait(k_full(st.stage), st.full_parity());
+      Consumer::qk_issue(s[0], base, wg_row0, base + uint32_t(kTile.k_offset(st.stage)));
+      async::named_barrier_arrive(pingpong, other_turn, kTurnThreads);
+      Consumer::finish(s[0]);
+      softmax_tile(n + 1);
+    } else {
+      async::named_barrier_arrive(pingpong && consumer == 0, other_turn, kTurnThreads);
+    }
   }
 
   // Epilogue: O / l rounded to T into the warpgroup's rows of the Q tile, then whole 16-byte chunks of rows
@@ -235,7 +279,7 @@ __global__ void __launch_bounds__(fwd_tile(kHeadDim).threads(), 1) fwd_kernel(co
   T* sq = reinterpret_cast<T*>(smem);
   const float scale[2] = {softmax.out_scale(0, 0, 1.0f), softmax.out_scale(0, 1, 1.0f)};
   sm80::store_acc<T, QTile>(sq, o, warp_row0, 0, scale, lane);
-  async::named_barrier_sync(1 + uint32_t(consumer), kWarpgroupThreads);
+  async::named_barrier_sync(kEpilogueBarrier + uint32_t(consumer), kWarpgroupThreads);
   T* out_tile = static_cast<T*>(p.out.ptr) + p.out.offset(t.b, t.m0 + wg_row0, t.h);
   sm80::store_rows<QTile, kWgmmaRows, kWarpgroupThreads>(out_tile, p.out.row_stride, sq, wg_row0,
                                                          t.valid_rows - wg_row0, int(p.head_dim / 8), tid);
