@@ -28,7 +28,10 @@ import os
 import subprocess
 import sys
 
-IMPLEMENTATIONS = ("flashattn", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient")
+# flashattn_sm80: flashattn forced onto cuda_sm80, forward only (the raw op, no autograd), not run unless
+# asked: the peer of a new kernel generation that "flashattn" picks (scripts/gpu-check.sh --only sm90).
+IMPLEMENTATIONS = ("flashattn", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "flashattn_sm80")
+DEFAULT_IMPLS = IMPLEMENTATIONS[:4]
 PEERS = IMPLEMENTATIONS[1:]
 DTYPES = ("bf16", "fp16")
 MODES = ("fwd", "fwdbwd")
@@ -60,8 +63,8 @@ def parse_args(argv=None):
     p.add_argument("--causal", choices=("both", "true", "false"), default="both", help="masks to run (default both)")
     p.add_argument("--modes", type=_choice_list(MODES), default=MODES, help="fwd and/or fwdbwd (default both)")
     p.add_argument("--dtypes", type=_choice_list(DTYPES), default=DTYPES, help="bf16 and/or fp16 (default both)")
-    p.add_argument("--impls", type=_choice_list(IMPLEMENTATIONS), default=IMPLEMENTATIONS,
-                   help="implementations to run (default all)")
+    p.add_argument("--impls", type=_choice_list(IMPLEMENTATIONS), default=DEFAULT_IMPLS,
+                   help="implementations to run (default all but flashattn_sm80)")
     p.add_argument("--rep", type=int, default=100, help="timed ms per implementation and configuration, split "
                    "over the rounds (default 100)")
     p.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds per configuration (default 5)")
@@ -120,6 +123,10 @@ def make_forward(torch, name):
         import flashattn
 
         return (lambda q, k, v, causal: flashattn.flash_attn_func(q, k, v, causal=causal)), "bshd"
+    if name == "flashattn_sm80":
+        import flashattn
+
+        return (lambda q, k, v, causal: flashattn.forward(q, k, v, causal=causal, backend="cuda_sm80")[0]), "bshd"
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.functional import scaled_dot_product_attention
 
@@ -272,7 +279,7 @@ def ratio_table(rows, impls):
     """Lines of the final table: flashattn's TFLOP/s and its ratio to each peer's, per configuration."""
     peers = [p for p in PEERS if p in impls]
     head = f"{'dtype':5} {'D':>4} {'mask':6} {'mode':6} {'S':>6} {'flashattn':>10} " + " ".join(
-        f"{'x ' + p[5:]:>12}" for p in peers)
+        f"{'x ' + p.removeprefix('sdpa_'):>12}" for p in peers)
     lines = [head]
     by_config = {}
     for r in rows:

@@ -79,6 +79,9 @@ endforeach()
 function(flashattn_add_cuda_sources target)
   file(GLOB_RECURSE _fa_cuda_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/cuda/*.cu
        ${PROJECT_SOURCE_DIR}/src/cuda/*.cpp)
+  # The Hopper kernels (src/cuda/sm90/*.cu) hold sm_90a instructions only: they are built for 90a alone, in
+  # an object library of their own, and only when the arch list has 90a (below).
+  list(FILTER _fa_cuda_sources EXCLUDE REGEX "/src/cuda/sm90/[^/]*\\.cu$")
   target_sources(${target} PRIVATE ${_fa_cuda_sources})
   target_compile_definitions(${target} PUBLIC FLASHATTN_WITH_CUDA=1 PRIVATE ${FLASHATTN_HEAD_DIM_DEFINITIONS})
   # The build holds sm_90a code (wgmma): the decode backend may pick its warpgroup kernels on sm_90.
@@ -86,8 +89,20 @@ function(flashattn_add_cuda_sources target)
   set(_fa_sm90a_archs ${FLASHATTN_CUDA_ARCHS})
   list(FILTER _fa_sm90a_archs INCLUDE REGEX "^90a(-real|-virtual)?$")  # 90a, 90a-real, 90a-virtual
   if(_fa_sm90a_archs)
-    set_source_files_properties(${PROJECT_SOURCE_DIR}/src/cuda/decode/decode_backend.cpp TARGET_DIRECTORY ${target}
+    set_source_files_properties(${PROJECT_SOURCE_DIR}/src/cuda/decode/decode_backend.cpp
+                                ${PROJECT_SOURCE_DIR}/src/cuda/sm90/backend.cpp TARGET_DIRECTORY ${target}
                                 PROPERTIES COMPILE_DEFINITIONS FLASHATTN_SM90A=1)
+    file(GLOB _fa_sm90_kernels CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/cuda/sm90/*.cu)
+    add_library(${target}_sm90_kernels OBJECT ${_fa_sm90_kernels})
+    set_target_properties(${target}_sm90_kernels PROPERTIES CUDA_ARCHITECTURES 90a POSITION_INDEPENDENT_CODE ON
+                                                            CUDA_SEPARABLE_COMPILATION OFF)
+    target_include_directories(${target}_sm90_kernels PRIVATE ${PROJECT_SOURCE_DIR}/src
+                                                              ${PROJECT_SOURCE_DIR}/include)
+    target_compile_definitions(${target}_sm90_kernels PRIVATE FLASHATTN_WITH_CUDA=1 ${FLASHATTN_HEAD_DIM_DEFINITIONS})
+    target_compile_options(${target}_sm90_kernels PRIVATE
+      $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -Xcompiler=-Wall>)
+    target_link_libraries(${target}_sm90_kernels PRIVATE CUDA::cudart)
+    target_sources(${target} PRIVATE $<TARGET_OBJECTS:${target}_sm90_kernels>)
   endif()
   target_link_libraries(${target} PUBLIC CUDA::cudart)
   target_compile_options(${target} PRIVATE

@@ -11,6 +11,13 @@
 #      the GPU, and the ring-of-one overhead benchmark (examples/ring_overhead.cpp),
 #   8. the GPU scale tests (GpuScale.*: tensors beyond 2^31 elements, head dim 256 at 2^20 tokens; tens of GB),
 #   9. summary.md (device, date, commit, commands, failed steps) for bench/results/.
+# Not in the default list: `--only sm90`, the first run of the Hopper forward cuda_sm90 (issue 28; it is
+# opt-in until verified): the catalogue and its own tests forced onto it, compute-sanitizer memcheck,
+# racecheck and synccheck on its boundary test, the SASS check (scripts/sass-check.sh: HGMMA present, no
+# local memory, registers), and its forward beside cuda_sm80 and PyTorch SDPA (bench/compare_torch.py with
+# FLASHATTN_ENABLE_SM90=1, so that "flashattn" is cuda_sm90 where it supports the call) and in
+# flashattn-bench (--impl cuda_sm90,cuda_sm80), with the ping-pong off and on (FLASHATTN_SM90_PINGPONG).
+# Its steps' limits add up to 510 s: run it alone (`--only sm90`) in one device call.
 #
 # Binaries: .gpu/bin.tgz (or .gpu/bin/) staged on a build machine by scripts/stage-gpu.sh, or built here
 # with --build (needs GoogleTest). Python: the wheel in .gpu/wheels/, installed with --no-index.
@@ -160,6 +167,27 @@ if wants dist; then
     [ -x "$BIN/$prog" ] && step "dist-$prog" "$((third / 2))" "${mpi_env[@]}" mpirun -np 2 "$BIN/$prog"
   done
   [ -x "$BIN/ring_overhead" ] && step dist-ring-overhead "$third" "$BIN/ring_overhead"
+fi
+if wants sm90; then
+  # Correctness first (a failure there makes the timings moot, but they still run: a wrong result is
+  # flagged by compare_torch's own check), then the sanitizers, the SASS, the timings.
+  sm90_filter='*cuda_sm90*:CudaSm90*'
+  step sm90-tests 100 "$TESTS" --gtest_filter="$sm90_filter" --gtest_brief=1
+  step sm90-tests-pingpong 60 env FLASHATTN_SM90_PINGPONG=1 "$TESTS" --gtest_filter='CudaSm90.*' --gtest_brief=1
+  for tool in memcheck racecheck synccheck; do
+    step "sm90-sanitizer-$tool" 50 compute-sanitizer --tool "$tool" --error-exitcode 99 "$TESTS" \
+      --gtest_filter='CudaSm90.ForwardAtTileAndStageBoundaries' --gtest_brief=1
+  done
+  step sm90-sass 20 scripts/sass-check.sh "$TESTS"
+  [ -n "$wheel" ] && step sm90-compare 100 env FLASHATTN_ENABLE_SM90=1 python3 bench/compare_torch.py \
+    --out "$OUT/compare_torch_sm90.json" --plot-dir /tmp/plots-sm90 --dims 64,128,256 --dtypes bf16,fp16 --modes fwd \
+    --impls flashattn,flashattn_sm80,sdpa_flash,sdpa_cudnn --rounds 3 --rep 60
+  cp /tmp/plots-sm90/*.png "$OUT/" 2>/dev/null
+  # The ping-pong's A/B: the same sweep with the switch off and on.
+  for pp in 0 1; do
+    step "sm90-bench-pingpong$pp" 40 env FLASHATTN_SM90_PINGPONG=$pp "$BENCH" --device cuda --impl cuda_sm90,cuda_sm80 \
+      --sweep --mode fwd --dims 64,128,256 --seqlens 512,2048,8192 --iters 5 --warmup 1 --json "$OUT/bench_sm90_pp$pp.json"
+  done
 fi
 if wants scale; then
   step gpu-scale "${limit[scale]}" "$TESTS" --gtest_filter='GpuScale.*'

@@ -27,6 +27,10 @@ struct Backend {
   bool any_head_dim = false;
   // reads paged K/V (FwdProblem::paged) and seqused_k in forward
   bool paged_varlen_fwd = false;
+  // Non-null for a backend the dispatcher picks on its own only once the user opts in: it returns why
+  // not (empty when opted in). options.backend naming the backend runs it regardless. For a new kernel
+  // generation that has not yet been verified on its hardware.
+  std::string (*default_decline)() = nullptr;
 };
 
 // Why `b` cannot run `p` whatever its supports_* says (a feature its table does not declare), or "".

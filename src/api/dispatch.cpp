@@ -79,6 +79,14 @@ void run_on(const Backend& b, const Problem& p, Stream stream) {
   run_padded(p, *copier, [&](const Problem& padded) { Direction<Problem>::run(b, padded, stream); });
 }
 
+// support_reason, for a call that does not name the backend: an opt-in backend also gives its reason.
+template <typename Problem>
+std::string default_reason(const Backend& b, const Problem& p) {
+  std::string why = support_reason(b, p);
+  if (why.empty() && b.default_decline != nullptr) why = b.default_decline();
+  return why;
+}
+
 template <typename Problem>
 std::vector<BackendSupport> query(const Problem& p, const std::string& forced) {
   std::vector<BackendSupport> out;
@@ -87,7 +95,7 @@ std::vector<BackendSupport> query(const Problem& p, const std::string& forced) {
     BackendSupport s;
     s.name = b.name;
     s.device = b.device;
-    s.reason = support_reason(b, p);
+    s.reason = forced == b.name ? support_reason(b, p) : default_reason(b, p);
     s.supported = s.reason.empty();
     if (s.supported && !chosen && (forced.empty() || forced == b.name)) s.chosen = chosen = true;
     out.push_back(std::move(s));
@@ -115,7 +123,7 @@ void dispatch(const Problem& p, const std::string& forced, Stream stream) {
   }
   std::string reasons;
   for (const Backend& b : registry()) {
-    std::string why = support_reason(b, p);
+    std::string why = default_reason(b, p);
     if (why.empty()) {
       run_on(b, p, stream);
       return;

@@ -1,0 +1,24 @@
+#pragma once
+
+// Kernel arguments of the sm90 forward: the TMA maps of Q, K and V (built on the host per call,
+// tensor_map.h), the normalised problem, and the constants derived from it once on the host. Passed by
+// value as a __grid_constant__ kernel parameter, which is where TMA reads its maps from.
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "api/problem.h"
+
+namespace flashattn::detail::cuda::sm90 {
+
+struct FwdArgs {
+  CUtensorMap q_map, k_map, v_map;  // (head dim, rows, heads, batch); 64-byte aligned by their type
+  FwdProblem p;
+  float scale_log2 = 0;   // softmax_scale * log2(e), > 0 (the backend declines other scales)
+  int group = 1;          // query heads per kv head
+  int num_m_blocks = 0;   // query tiles per (sequence, head)
+  bool pingpong = false;  // the consumer warpgroups take turns at their products (fwd_kernel.cuh)
+};
+
+}  // namespace flashattn::detail::cuda::sm90

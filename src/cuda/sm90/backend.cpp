@@ -1,0 +1,181 @@
+// The cuda_sm90 backend: the Hopper forward (TMA, mbarrier pipeline, wgmma; fwd_kernel.cuh). Compiled into
+// every CUDA build; its kernels exist only where FLASHATTN_CUDA_ARCHS holds 90a (FLASHATTN_SM90A).
+// It has not yet run on a GPU, so the dispatcher skips it unless FLASHATTN_ENABLE_SM90=1 (default_decline);
+// options.backend = "cuda_sm90" runs it regardless. supports_fwd names the first condition a call breaks;
+// those calls fall back to cuda_sm80.
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <utility>
+
+#include "api/backends.h"
+#include "cuda/common/device_guard.h"
+#include "cuda/common/launch.h"
+#include "cuda/sm90/fwd_tile.h"
+#include "cuda/sm90/launch.h"
+#include "cuda/sm90/tensor_map.h"
+
+namespace flashattn::detail {
+
+namespace {
+
+using cuda::sm90::fwd_bucket;
+using cuda::sm90::fwd_tile;
+
+// Whether the environment variable `name` is "1".
+bool env_on(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::string_view(v) == "1";
+}
+
+// FLASHATTN_ENABLE_SM90=1 lets the dispatcher pick cuda_sm90 on its own (read once per process).
+std::string default_decline() {
+  static const bool enabled = env_on("FLASHATTN_ENABLE_SM90");
+  if (enabled) return {};
+  return "not yet verified on a GPU (set FLASHATTN_ENABLE_SM90=1 or options.backend = \"cuda_sm90\" to run it)";
+}
+
+// FLASHATTN_SM90_PINGPONG=1 turns on the consumer warpgroups' ping-pong (fwd_kernel.cuh; read once per
+// process): off until measured, so that one build runs both ways.
+bool pingpong_enabled() {
+  static const bool on = env_on("FLASHATTN_SM90_PINGPONG");
+  return on;
+}
+
+constexpr bool bucket_compiled(int bucket) {
+  bool compiled = false;
+#if defined(FLASHATTN_SM90A) && defined(FLASHATTN_HDIM_64)
+  compiled = compiled || bucket == 64;
+#endif
+#if defined(FLASHATTN_SM90A) && defined(FLASHATTN_HDIM_128)
+  compiled = compiled || bucket == 128;
+#endif
+#if defined(FLASHATTN_SM90A) && defined(FLASHATTN_HDIM_256)
+  compiled = compiled || bucket == 256;
+#endif
+  (void)bucket;
+  return compiled;
+}
+
+// Launches the (dtype, bucket) kernel; only compiled buckets are referenced.
+template <int kBucket>
+void run_bucket(const cuda::sm90::FwdArgs& args, DType dtype, cudaStream_t stream) {
+  if constexpr (bucket_compiled(kBucket)) {
+    if (dtype == DType::bf16)
+      cuda::sm90::run_fwd<__nv_bfloat16, kBucket>(args, stream);
+    else
+      cuda::sm90::run_fwd<__half, kBucket>(args, stream);
+  }
+}
+
+std::string device_reason(int device) {
+  int major = 0, minor = 0;
+  cudaError_t err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // not sticky: clear it so the caller's next CUDA call does not see it
+    return std::string("cannot query cuda:") + std::to_string(device) + ": " + cudaGetErrorString(err);
+  }
+  if (major != 9 || minor != 0)
+    return "needs compute capability 9.0 (sm_90a code), cuda:" + std::to_string(device) + " is " +
+           std::to_string(major) + "." + std::to_string(minor);
+  return {};
+}
+
+std::string supports_fwd(const FwdProblem& p) {
+#if !defined(FLASHATTN_SM90A)
+  (void)p;
+  return "this build has no sm_90a code (FLASHATTN_CUDA_ARCHS without 90a)";
+#else
+  if (p.dtype != DType::f16 && p.dtype != DType::bf16)
+    return std::string("dtype ") + dtype_name(p.dtype) + " (f16 or bf16 only)";
+  const int bucket = fwd_bucket(p.head_dim);
+  if (bucket == 0 || p.head_dim % 8 != 0)
+    return "head_dim " + std::to_string(p.head_dim) + " (a multiple of 8 in (32, 256])";
+  if (!bucket_compiled(bucket))
+    return "head_dim bucket " + std::to_string(bucket) + " not compiled (FLASHATTN_HEAD_DIMS)";
+  if (p.varlen()) return "varlen (cu_seqlens) not yet implemented";
+  if (p.dropout.p > 0.0f) return "dropout not yet implemented";
+  if (p.score.softcap != 0.0f) return "softcap not yet implemented";
+  if (p.score.alibi_slopes != nullptr) return "ALiBi not yet implemented";
+  if (!(p.score.softmax_scale > 0.0f)) return "a softmax_scale <= 0 (the softmax folds a positive scale into exp2)";
+  // TMA coordinates are int32; rows, heads and batch index the maps directly.
+  constexpr int64_t kMaxCoord = int64_t(1) << 30;
+  if (p.seqlen_q > kMaxCoord || p.seqlen_k > kMaxCoord || p.heads > kMaxCoord || p.batch > kMaxCoord)
+    return "a dimension above 2^30 (32-bit TMA coordinates)";
+  const int64_t tiles = cuda::ceil_div(p.seqlen_q, fwd_tile(bucket).block_m) * p.heads * p.batch;
+  if (tiles > cuda::kMaxGridX) return "the forward needs " + std::to_string(tiles) + " CTAs, above 2^31 - 1";
+  for (const auto& [view, rows, heads, name] :
+       {std::tuple{p.q, p.seqlen_q, p.heads, "q"}, std::tuple{p.k, p.seqlen_k, p.heads_k, "k"},
+        std::tuple{p.v, p.seqlen_k, p.heads_k, "v"}})
+    if (std::string r = cuda::sm90::tma_view_reason(view, 2, rows, heads, p.batch, name); !r.empty()) return r;
+  // out is written with 16-byte stores (the epilogue's chunks).
+  if (reinterpret_cast<uintptr_t>(p.out.ptr) % 16 != 0 || p.out.row_stride % 8 != 0 || p.out.head_stride % 8 != 0 ||
+      p.out.batch_stride % 8 != 0)
+    return "out: data pointer or strides not 16-byte aligned";
+  if (std::string r = device_reason(p.device.index); !r.empty()) return r;
+  const int smem = fwd_tile(bucket).smem_bytes();
+  int optin = 0;
+  if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, p.device.index) != cudaSuccess) {
+    cudaGetLastError();
+    return "cannot query the shared-memory limit of cuda:" + std::to_string(p.device.index);
+  }
+  if (smem > optin)
+    return "needs " + std::to_string(smem) + " bytes of shared memory per CTA, the device allows " +
+           std::to_string(optin);
+  return {};
+#endif
+}
+
+void run_fwd(const FwdProblem& p, Stream stream) {
+#if defined(FLASHATTN_SM90A)
+  cuda::DeviceGuard guard(p.device);
+  const int bucket = fwd_bucket(p.head_dim);
+  const cuda::sm90::Sm90FwdTile tile = fwd_tile(bucket);
+  cuda::sm90::FwdArgs args;
+  args.p = p;
+  args.scale_log2 = float(double(p.score.softmax_scale) * 1.4426950408889634);
+  args.group = int(p.group_size());
+  args.num_m_blocks = int(cuda::ceil_div(p.seqlen_q, tile.block_m));
+  args.pingpong = pingpong_enabled();
+  if (int64_t(args.num_m_blocks) * p.heads * p.batch == 0) return;
+  args.q_map = cuda::sm90::make_rows_map(p.q, p.dtype, p.head_dim, p.seqlen_q, p.heads, p.batch, tile.block_m);
+  args.k_map = cuda::sm90::make_rows_map(p.k, p.dtype, p.head_dim, p.seqlen_k, p.heads_k, p.batch, tile.block_n);
+  args.v_map = cuda::sm90::make_rows_map(p.v, p.dtype, p.head_dim, p.seqlen_k, p.heads_k, p.batch, tile.block_n);
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (bucket == 64)
+    run_bucket<64>(args, p.dtype, s);
+  else if (bucket == 128)
+    run_bucket<128>(args, p.dtype, s);
+  else
+    run_bucket<256>(args, p.dtype, s);
+#else
+  (void)p;
+  (void)stream;
+  throw Error(Status::internal,
+              "flashattn: cuda_sm90: no sm_90a code in this build (supports_fwd should have refused)");
+#endif
+}
+
+}  // namespace
+
+const Backend& cuda_sm90_backend() {
+  static const Backend b = [] {
+    Backend x;
+    x.name = "cuda_sm90";
+    x.device = DeviceType::cuda;
+    x.supports_fwd = &supports_fwd;
+    x.run_fwd = &run_fwd;
+    x.default_decline = &default_decline;
+    return x;
+  }();
+  return b;
+}
+
+}  // namespace flashattn::detail

@@ -1,0 +1,308 @@
+#pragma once
+
+// The Hopper forward (cuda_sm90): warp-specialised, TMA loads into a ring of shared-memory stages guarded
+// by mbarriers, wgmma products. One CTA per (query tile, head, sequence); docs/kernels.md, "cuda_sm90
+// forward", has the design and the budgets. Roles:
+//   warpgroup 0, the producer (setmaxnreg down to Tile.producer_regs): one thread issues the TMA of the
+//     CTA's Q tile (once, on q_full) and of each visited K/V tile into stage j % stages (K on k_full, V on
+//     v_full), after waiting for that stage's `empty` barrier (pipeline.h has the phases);
+//   warpgroups 1 .. kConsumers, the consumers (setmaxnreg up to Tile.consumer_regs): warpgroup c owns
+//     query rows [64 (c - 1), 64 c) of the tile for the whole kernel. Per key tile: S = Q K^T (wgmma, both
+//     operands in shared memory), the mask and online softmax of sm80 on the accumulators (wgmma's
+//     accumulator layout is the mma.m16n8 one, cuda/common/wgmma.cuh), O += P V (wgmma, P from registers),
+//     then each consumer thread arrives on `empty` once that product has completed (wgmma.wait_group 0:
+//     the tensor cores are done reading V).
+//   epilogue: each consumer warpgroup writes O / l into its own rows of the Q tile (only its wgmma read
+//     them, and they completed), syncs its 128 threads on a named barrier and stores 16-byte chunks of
+//     its rows; the LSE from registers.
+//
+// Ordering facts relied on: TMA's writes complete on the mbarrier (complete_tx) and a consumer's wait on it
+// makes them visible to the async proxy that wgmma reads with; the consumers' arrivals on `empty` come
+// after wgmma.wait_group 0, so the producer's next TMA into that stage cannot overtake a read.
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "common/score.h"
+#include "cuda/common/async_ptx.cuh"
+#include "cuda/common/check.h"
+#include "cuda/common/launch.h"
+#include "cuda/common/ptx.h"
+#include "cuda/common/wgmma.cuh"
+#include "cuda/sm80/fragments.cuh"
+#include "cuda/sm80/mask.cuh"
+#include "cuda/sm80/smem_layout.h"
+#include "cuda/sm80/softmax.cuh"
+#include "cuda/sm80/tile_copy.cuh"
+#include "cuda/sm80/tile_range.h"
+#include "cuda/sm90/args.h"
+#include "cuda/sm90/fwd_tile.h"
+#include "cuda/sm90/pipeline.h"
+
+namespace flashattn::detail::cuda::sm90 {
+
+// The consumer warpgroups' share: per key tile, S = Q K^T, the softmax, and O += P V on kHeadDim columns.
+template <typename T, int kHeadDim>
+struct FwdConsumer {
+  static constexpr Sm90FwdTile kTile = fwd_tile(kHeadDim);
+  static constexpr int kBlockM = kTile.block_m, kBlockN = kTile.block_n;
+  static constexpr int kSFrags = kBlockN / 8;   // n8 column groups of S
+  static constexpr int kOFrags = kHeadDim / 8;  // n8 column groups of O
+  static constexpr int kQKSteps = kHeadDim / 16;
+  static constexpr int kPVSteps = kBlockN / 16;
+  static_assert((kBlockN == 80 || kBlockN == 128) && (kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256),
+                "the wgmma wrappers: m64n80k16 / m64n128k16 (S), m64n64k16 / m64n128k16 / m64n256k16 (O)");
+
+  // Issues S = Q K^T for this warpgroup's 64 rows (q_base: the Q tile; row0: the warpgroup's first row in
+  // it); finish(s) waits for it.
+  __device__ __forceinline__ static void qk_issue(float (&s)[kSFrags][4], uint32_t q_base, int row0, uint32_t k_base) {
+#pragma unroll
+    for (int j = 0; j < kSFrags; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[j][e] = 0.0f;
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < kQKSteps; ++kk)
+      wgmma::mma_ss_m64k16<T, kSFrags>(
+          s, wgmma::smem_desc(q_base + kmajor_start(kBlockM, row0, kk), 16, kSwizzleAtomBytes),
+          wgmma::smem_desc(k_base + kmajor_start(kBlockN, 0, kk), 16, kSwizzleAtomBytes));
+    wgmma::commit_group();
+  }
+
+  // Waits for this warpgroup's products in flight, the last of which writes `acc`, and keeps the
+  // compiler's reads of acc after the wait.
+  template <int kN>
+  __device__ __forceinline__ static void finish(float (&acc)[kN][4]) {
+    wgmma::wait_group<0>();
+    wgmma::fence_operands(acc);
+  }
+
+  // Issues O += P V with P = s (fp32 probabilities of this warp's rows) rounded to T in registers: two
+  // adjacent n8 groups of the accumulator are the A fragment of one k16 step (cuda/common/wgmma.cuh);
+  // finish(o) waits for it.
+  __device__ __forceinline__ static void pv_issue(float (&o)[kOFrags][4], const float (&s)[kSFrags][4],
+                                                  uint32_t v_base) {
+    uint32_t pa[kPVSteps][4];
+#pragma unroll
+    for (int kk = 0; kk < kPVSteps; ++kk) {
+      pa[kk][0] = ptx::pack2<T>(s[2 * kk][0], s[2 * kk][1]);
+      pa[kk][1] = ptx::pack2<T>(s[2 * kk][2], s[2 * kk][3]);
+      pa[kk][2] = ptx::pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      pa[kk][3] = ptx::pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    }
+    wgmma::fence();  // orders the packing and the rescale of o before the wgmma reads them
+#pragma unroll
+    for (int kk = 0; kk < kPVSteps; ++kk)
+      wgmma::mma_rs_m64k16_tn<T, kOFrags>(
+          o, pa[kk], wgmma::smem_desc(v_base + mnmajor_start(kk), mnmajor_leading(kBlockN), kSwizzleAtomBytes));
+    wgmma::commit_group();
+  }
+};
+
+// Where the CTA's tile lies: one CTA per (query tile, head, sequence), query tiles of a head consecutive and
+// heaviest (last, under a causal mask) first, as sm80's per-head order.
+struct Sm90TilePlace {
+  int64_t b = 0, h = 0, m0 = 0;
+  int valid_rows = 0;
+  int n_begin = 0, n_end = 0;
+};
+
+template <int kBlockM, int kBlockN>
+__device__ __forceinline__ Sm90TilePlace place_tile(const FwdArgs& args, const Mask& mask) {
+  Sm90TilePlace t;
+  const int m_block = args.num_m_blocks - 1 - int(blockIdx.x % unsigned(args.num_m_blocks));
+  const int64_t head_seq = blockIdx.x / unsigned(args.num_m_blocks);
+  t.h = head_seq % args.p.heads;
+  t.b = head_seq / args.p.heads;
+  t.m0 = int64_t(m_block) * kBlockM;
+  const int64_t rows = args.p.seqlen_q - t.m0;
+  t.valid_rows = int(rows < kBlockM ? rows : kBlockM);
+  const sm80::Range keys = sm80::keys_for_rows(mask, t.m0, t.m0 + t.valid_rows - 1);
+  t.n_begin = int(keys.begin / kBlockN);
+  t.n_end = keys.end > keys.begin ? int((keys.end + kBlockN - 1) / kBlockN) : t.n_begin;
+  return t;
+}
+
+// Named barriers (0 is __syncthreads): the epilogue's, one per consumer warpgroup, and the ping-pong turns.
+inline constexpr uint32_t kEpilogueBarrier = 1, kTurnBarrier = 3;
+
+template <typename T, int kHeadDim>
+__global__ void __launch_bounds__(fwd_tile(kHeadDim).threads(), 1) fwd_kernel(const __grid_constant__ FwdArgs args) {
+  constexpr Sm90FwdTile kTile = fwd_tile(kHeadDim);
+  constexpr int kBlockM = kTile.block_m, kBlockN = kTile.block_n, kStages = kTile.stages;
+  constexpr int kPanels = kTile.panels();
+  static_assert(kTile.registers_fit(), "setmaxnreg budgets exceed the register file");
+  // With ping-pong, warpgroup 0's turn for key tile n waits for K[n], whose stage warpgroup 1 releases in
+  // its turn for tile n - kStages + 1: with one stage that turn comes after the wait (a deadlock).
+  static_assert(kStages >= 2, "the ping-pong turns need two stages at least");
+  using Consumer = FwdConsumer<T, kHeadDim>;
+  using QTile = sm80::SmemTile<kBlockM, kHeadDim>;  // the same layout (fwd_tile.h), for the epilogue
+
+  extern __shared__ unsigned char smem_raw[];
+  // The 128-byte swizzle repeats every 1024 bytes and both TMA and wgmma derive it from address bits 4-9:
+  // every tile must start on a 1024-byte boundary (smem_bytes() includes the slack).
+  const uint32_t raw_addr = ptx::smem_addr(smem_raw);
+  const uint32_t pad = (kSwizzleAtomBytes - raw_addr % kSwizzleAtomBytes) % kSwizzleAtomBytes;
+  unsigned char* smem = smem_raw + pad;
+  const uint32_t base = raw_addr + pad;
+  const uint32_t q_full = base + kTile.barrier_offset();
+  const auto k_full = [&](int s) { return q_full + 8u * uint32_t(1 + s); };
+  const auto v_full = [&](int s) { return q_full + 8u * uint32_t(1 + kStages + s); };
+  const auto empty = [&](int s) { return q_full + 8u * uint32_t(1 + 2 * kStages + s); };
+
+  const FwdProblem& p = args.p;
+  const Mask mask = make_mask(p.score, p.seqlen_q, p.seqlen_k);
+  const Sm90TilePlace t = place_tile<kBlockM, kBlockN>(args, mask);
+  const int warpgroup = int(threadIdx.x) / kWarpgroupThreads;
+
+  if (threadIdx.x == 0) {
+    async::mbarrier_init(q_full, 1);
+    for (int s = 0; s < kStages; ++s) {
+      async::mbarrier_init(k_full(s), 1);
+      async::mbarrier_init(v_full(s), 1);
+      async::mbarrier_init(empty(s), uint32_t(kTile.consumer_warpgroups() * kWarpgroupThreads));
+    }
+    async::fence_mbarrier_init();
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    async::setmaxnreg_dec<kTile.producer_regs>();
+    if (threadIdx.x != 0) return;
+    async::prefetch_tensormap(&args.q_map);
+    async::prefetch_tensormap(&args.k_map);
+    async::prefetch_tensormap(&args.v_map);
+    const int h = int(t.h), hk = int(t.h / args.group), b = int(t.b);
+    // Q: rows past the sequence arrive as zeros (the map's bounds); the byte count is the whole box's.
+    async::mbarrier_arrive_expect_tx(q_full, uint32_t(kTile.q_bytes()));
+#pragma unroll
+    for (int pnl = 0; pnl < kPanels; ++pnl)
+      async::tma_load_4d(base + uint32_t(pnl * kBlockM) * kPanelRowBytes, &args.q_map, q_full, pnl * int(kPanelCols),
+                         int(t.m0), h, b);
+    PipelineState<kStages> st;
+    for (int n = t.n_begin; n < t.n_end; ++n) {
+      async::mbarrier_wait(empty(st.stage), st.empty_parity());
+      const uint32_t k_dst = base + uint32_t(kTile.k_offset(st.stage));
+      const uint32_t v_dst = base + uint32_t(kTile.v_offset(st.stage));
+      async::mbarrier_arrive_expect_tx(k_full(st.stage), uint32_t(kTile.kv_bytes()));
+#pragma unroll
+      for (int pnl = 0; pnl < kPanels; ++pnl)
+        async::tma_load_4d(k_dst + uint32_t(pnl * kBlockN) * kPanelRowBytes, &args.k_map, k_full(st.stage),
+                           pnl * int(kPanelCols), n * kBlockN, hk, b);
+      async::mbarrier_arrive_expect_tx(v_full(st.stage), uint32_t(kTile.kv_bytes()));
+#pragma unroll
+      for (int pnl = 0; pnl < kPanels; ++pnl)
+        async::tma_load_4d(v_dst + uint32_t(pnl * kBlockN) * kPanelRowBytes, &args.v_map, v_full(st.stage),
+                           pnl * int(kPanelCols), n * kBlockN, hk, b);
+      st.advance();
+    }
+    return;
+  }
+
+  async::setmaxnreg_inc<kTile.consumer_regs>();
+  const int consumer = warpgroup - 1;
+  const int tid = int(threadIdx.x) % kWarpgroupThreads, lane = tid & 31, warp = tid >> 5;
+  const int wg_row0 = consumer * kWgmmaRows;  // the warpgroup's first row in the tile
+  const int warp_row0 = wg_row0 + 16 * warp;  // this warp's 16 rows (wgmma's D layout)
+
+  float o[Consumer::kOFrags][4];
+#pragma unroll
+  for (int j = 0; j < Consumer::kOFrags; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[j][e] = 0.0f;
+  sm80::OnlineSoftmax<1> softmax;
+  softmax.init();
+
+  // Q is waited for even without keys: the epilogue stages O in Q's rows, which TMA may still be writing.
+  async::mbarrier_wait(q_full, 0);
+  float s[1][Consumer::kSFrags][4];  // one 16-row fragment row per warp: sm80's [mf][f][e] view
+  // Mask and online softmax of key tile n in s (P afterwards), and O's rescale.
+  const auto softmax_tile = [&](int n) {
+    const int64_t key0 = int64_t(n) * kBlockN;
+    if (!sm80::tile_fully_visible(mask, t.m0, t.m0 + t.valid_rows - 1, key0, key0 + kBlockN - 1))
+      sm80::mask_rowmajor(s, mask, t.m0 + warp_row0, key0, lane);
+    float rescale[1][2];
+    softmax.update(s, rescale, args.scale_log2);
+    // Every factor is exactly 1 once a warp's row maxima stop growing: skip the multiplies then (a
+    // warp-uniform vote; the product that reads o is warpgroup-wide but reads it only after its fence).
+    if (__any_sync(0xffffffffu, rescale[0][0] != 1.0f || rescale[0][1] != 1.0f)) {
+#pragma unroll
+      for (int j = 0; j < Consumer::kOFrags; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[j][e] *= rescale[0][e >> 1];
+    }
+  };
+  // Ping-pong (args.pingpong): the two consumer warpgroups take turns at issuing their products, so that
+  // one's softmax runs while the other's products occupy the tensor cores. A turn is the section from
+  // P V of tile n to the issue of Q K^T of tile n + 1 (the first: Q K^T of the first tile); warpgroup c
+  // waits for its turn on named barrier kTurnBarrier + c (its 128 threads sync, the other warpgroup's 128
+  // arrive) and hands the turn over right after its last issue. Consumer 1 hands warpgroup 0 its first
+  // turn and does not hand over after its last: every sync has exactly one arrival (both warpgroups visit
+  // the same key tiles).
+  const bool pingpong = args.pingpong && kTile.consumer_warpgroups() == 2;
+  const uint32_t my_turn = kTurnBarrier + uint32_t(consumer), other_turn = kTurnBarrier + uint32_t(consumer ^ 1);
+  constexpr uint32_t kTurnThreads = 2 * kWarpgroupThreads;
+  PipelineState<kStages> st;
+  if (t.n_begin < t.n_end) {
+    if (pingpong) {
+      async::named_barrier_arrive(consumer == 1, other_turn, kTurnThreads);
+      async::named_barrier_sync(my_turn, kTurnThreads);
+    }
+    async::mbarrier_wait(k_full(st.stage), st.full_parity());
+    Consumer::qk_issue(s[0], base, wg_row0, base + uint32_t(kTile.k_offset(st.stage)));
+    async::named_barrier_arrive(pingpong, other_turn, kTurnThreads);
+    Consumer::finish(s[0]);
+    softmax_tile(t.n_begin);
+  }
+  for (int n = t.n_begin; n < t.n_end; ++n) {
+    if (pingpong) async::named_barrier_sync(my_turn, kTurnThreads);
+    async::mbarrier_wait(v_full(st.stage), st.full_parity());
+    Consumer::pv_issue(o, s[0], base + uint32_t(kTile.v_offset(st.stage)));
+    Consumer::finish(o);
+    async::mbarrier_arrive(empty(st.stage));  // the tensor cores are done reading K[n] and V[n]
+    st.advance();
+    if (n + 1 < t.n_end) {
+      async::mbarrier_wait(k_full(st.stage), st.full_parity());
+      Consumer::qk_issue(s[0], base, wg_row0, base + uint32_t(kTile.k_offset(st.stage)));
+      async::named_barrier_arrive(pingpong, other_turn, kTurnThreads);
+      Consumer::finish(s[0]);
+      softmax_tile(n + 1);
+    } else {
+      async::named_barrier_arrive(pingpong && consumer == 0, other_turn, kTurnThreads);
+    }
+  }
+
+  // Epilogue: O / l rounded to T into the warpgroup's rows of the Q tile, then whole 16-byte chunks of rows
+  // to `out` (rows past the sequence and dims past head_dim are not stored).
+  softmax.reduce_sums();
+  T* sq = reinterpret_cast<T*>(smem);
+  const float scale[2] = {softmax.out_scale(0, 0, 1.0f), softmax.out_scale(0, 1, 1.0f)};
+  sm80::store_acc<T, QTile>(sq, o, warp_row0, 0, scale, lane);
+  async::named_barrier_sync(kEpilogueBarrier + uint32_t(consumer), kWarpgroupThreads);
+  T* out_tile = static_cast<T*>(p.out.ptr) + p.out.offset(t.b, t.m0 + wg_row0, t.h);
+  sm80::store_rows<QTile, kWgmmaRows, kWarpgroupThreads>(out_tile, p.out.row_stride, sq, wg_row0,
+                                                         t.valid_rows - wg_row0, int(p.head_dim / 8), tid);
+  if (p.lse.ptr != nullptr && (lane & 3) == 0) {
+    float* lse_tile = p.lse.ptr + p.lse.offset(t.b, t.m0, t.h);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = warp_row0 + (lane >> 2) + 8 * half;
+      if (row < t.valid_rows) lse_tile[row] = softmax.lse(0, half);
+    }
+  }
+}
+
+// Launches the forward of one (dtype, head-dim bucket); instantiated in fwd_hdim<D>.cu.
+template <typename T, int kHeadDim>
+void run_fwd(const FwdArgs& args, cudaStream_t stream) {
+  constexpr Sm90FwdTile kTile = fwd_tile(kHeadDim);
+  const int64_t tiles = int64_t(args.num_m_blocks) * args.p.heads * args.p.batch;
+  if (tiles == 0) return;
+  auto kernel = fwd_kernel<T, kHeadDim>;
+  allow_dynamic_smem(kernel, size_t(kTile.smem_bytes()), args.p.device.index, "sm90 forward");
+  kernel<<<grid_1d(tiles, "sm90 forward"), kTile.threads(), kTile.smem_bytes(), stream>>>(args);
+  FA_CUDA_CHECK_LAUNCH("sm90 forward kernel");
+}
+
+}  // namespace flashattn::detail::cuda::sm90

@@ -1,0 +1,97 @@
+#pragma once
+
+// The sm90 forward's tile per head-dim bucket, its shared-memory layout, and where the wgmma descriptors of
+// each k-step start in it. Plain C++ with FA_HD functions: the kernel uses them, and
+// tests/cpp/test_cuda_sm90.cpp checks on the host that the TMA boxes write what the descriptors read.
+//
+// Layout: a tile of `rows` rows x head dim is stored as 64-element column panels (128 bytes a row), panel
+// after panel, each row's 16-byte chunk c at c ^ (row % 8): the layout TMA writes with the 128-byte swizzle
+// when the box (64 elements, rows) of panel p lands at p * rows * 128 bytes from a 1024-byte aligned base,
+// and the layout wgmma reads with a 128-byte-swizzle descriptor. It is sm80's SmemTile<rows, head dim>
+// (cuda/sm80/smem_layout.h) for head dims that are multiples of 64, so the epilogue reuses its offsets.
+
+#include <cstdint>
+
+#include "common/host_device.h"
+
+namespace flashattn::detail::cuda::sm90 {
+
+inline constexpr uint32_t kPanelCols = 64;           // elements of a panel row: TMA's 128-byte swizzle span
+inline constexpr uint32_t kPanelRowBytes = 128;      // 64 16-bit elements
+inline constexpr uint32_t kSwizzleAtomBytes = 1024;  // 8 panel rows: the swizzle's repeat, wgmma's 8-row group
+inline constexpr int kWarpgroupThreads = 128;
+inline constexpr int kWgmmaRows = 64;  // wgmma's M: the rows of one consumer warpgroup
+
+// One head-dim bucket's tile (sm90 fwd_tile below). Why these numbers: docs/kernels.md, "cuda_sm90 forward".
+struct Sm90FwdTile {
+  int head_dim = 0;
+  int block_m = 0;                           // query rows of a CTA: kWgmmaRows per consumer warpgroup
+  int block_n = 0;                           // keys per K/V tile: the N of S = Q K^T
+  int stages = 0;                            // K/V tiles in flight (ring of shared-memory stages)
+  int producer_regs = 0, consumer_regs = 0;  // setmaxnreg of the producer and the consumer warpgroups
+
+  FA_HD constexpr int consumer_warpgroups() const { return block_m / kWgmmaRows; }
+  FA_HD constexpr int threads() const { return (1 + consumer_warpgroups()) * kWarpgroupThreads; }
+  FA_HD constexpr int panels() const { return head_dim / int(kPanelCols); }
+  FA_HD constexpr int q_bytes() const { return block_m * head_dim * 2; }
+  FA_HD constexpr int kv_bytes() const { return block_n * head_dim * 2; }  // one K or V tile
+  // Q, then the K stages, then the V stages (each a multiple of 1024 bytes), then the mbarriers.
+  FA_HD constexpr int k_offset(int stage) const { return q_bytes() + stage * kv_bytes(); }
+  FA_HD constexpr int v_offset(int stage) const { return q_bytes() + (stages + stage) * kv_bytes(); }
+  FA_HD constexpr int barrier_offset() const { return q_bytes() + 2 * stages * kv_bytes(); }
+  // q_full, then k_full, v_full and empty per stage, 8 bytes each.
+  FA_HD constexpr int barriers() const { return 1 + 3 * stages; }
+  // Dynamic shared memory to request: the above plus 1024 for aligning the base to the swizzle atom.
+  FA_HD constexpr int smem_bytes() const { return barrier_offset() + barriers() * 8 + int(kSwizzleAtomBytes); }
+  // Register budget after setmaxnreg: every warpgroup's registers fit the SM's 64K.
+  FA_HD constexpr bool registers_fit() const {
+    return kWarpgroupThreads * (producer_regs + consumer_warpgroups() * consumer_regs) <= 65536;
+  }
+};
+
+// The compiled buckets' tiles; head_dim 0 for a bucket without an sm90 kernel.
+FA_HD constexpr Sm90FwdTile fwd_tile(int bucket) {
+  // 128 x 128, two stages: S (64 x 128) and O (64 x 128) take 64 fp32 registers each per consumer
+  // thread, P 32 more; Q + 2 x (K + V) = 160 KB.
+  if (bucket == 128) return Sm90FwdTile{128, 128, 128, 2, 24, 240};
+  // 128 x 128 as at D = 128 (FA3 runs 192 x 128 with three consumer warpgroups: a later step); the tiles
+  // are half as large, so four stages fit (Q + 4 x (K + V) = 144 KB).
+  if (bucket == 64) return Sm90FwdTile{64, 128, 128, 4, 24, 240};
+  // 128 x 80 (FA3's choice): O alone takes 128 registers a consumer thread, S 40 and P 20; Q 64 KB +
+  // 2 x (K + V) of 40 KB = 224 KB of sm_90's 227.
+  if (bucket == 256) return Sm90FwdTile{256, 128, 80, 2, 24, 240};
+  return Sm90FwdTile{};
+}
+
+// The head-dim bucket a head dim runs in (0: none). Head dims below the bucket are zero-filled by TMA
+// (the map's dim 0 is the real head dim) and never stored.
+// Head dims of 32 and below stay with sm80: their box (64 elements) would be wider than the whole row.
+// Head dims between 128 and 256 run in bucket 256 (FA3 has a 192 bucket: a later step).
+FA_HD constexpr int fwd_bucket(int64_t head_dim) {
+  if (head_dim > 128 && head_dim <= 256) return 256;
+  return head_dim > 64 && head_dim <= 128 ? 128 : (head_dim > 32 && head_dim <= 64 ? 64 : 0);
+}
+
+// Byte offset of element (row, col) in a tile of `rows` rows (the layout above).
+FA_HD constexpr uint32_t tile_byte_offset(int rows, int row, int col) {
+  const uint32_t chunk = uint32_t(col % int(kPanelCols)) / 8;
+  return uint32_t(col / int(kPanelCols)) * uint32_t(rows) * kPanelRowBytes + uint32_t(row) * kPanelRowBytes +
+         ((chunk ^ uint32_t(row % 8)) * 16) + uint32_t(col % 8) * 2;
+}
+
+// Descriptor start (bytes from the tile's base) of k-step kk (16 elements of K) for a K-major operand whose
+// rows start at `row0` (a multiple of 8): Q and K in S = Q K^T, K being the head dim. The k-step lies in
+// panel kk / 4, 32 bytes further per k-step inside the panel row; the leading byte offset is unused (16)
+// and the stride byte offset (one 8-row group to the next) is kSwizzleAtomBytes.
+FA_HD constexpr uint32_t kmajor_start(int rows, int row0, int kk) {
+  return uint32_t(kk / 4) * uint32_t(rows) * kPanelRowBytes + uint32_t(row0) * kPanelRowBytes + uint32_t(kk % 4) * 32;
+}
+
+// Descriptor start of k-step kk for an MN-major operand (V in O += P V: K = keys along the tile's rows,
+// N = head dim along its columns): rows 16 kk ..; the leading byte offset is the panel stride
+// (mn_major_leading: from one 64-element group of N to the next), the stride byte offset kSwizzleAtomBytes
+// (one 8-row group of K to the next).
+FA_HD constexpr uint32_t mnmajor_start(int kk) { return uint32_t(kk) * 16 * kPanelRowBytes; }
+FA_HD constexpr uint32_t mnmajor_leading(int rows) { return uint32_t(rows) * kPanelRowBytes; }
+
+}  // namespace flashattn::detail::cuda::sm90

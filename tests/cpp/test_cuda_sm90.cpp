@@ -1,0 +1,497 @@
+// cuda_sm90 (the Hopper forward): host checks of what its kernel relies on, run everywhere:
+//  * the shared-memory layout TMA writes with the 128-byte swizzle is the one the wgmma descriptors read
+//    (both modelled after the PTX ISA's definitions) and sm80's SmemTile, which the epilogue reuses;
+//  * the tile table's budgets (shared memory, registers after setmaxnreg, 1024-byte aligned tiles);
+//  * the pipeline's stage/phase indexing (pipeline.h), run against a model of mbarrier phases with random
+//    interleavings of the producer, the TMA engine and the consumers.
+// The kernel itself runs in the shared catalogue (test_backend_forward.cpp) forced onto cuda_sm90 on a GPU,
+// and in the GPU part at the end; none of it has run yet (docs/kernels.md, "cuda_sm90 forward").
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cuda/sm80/smem_layout.h"
+#include "cuda/sm90/fwd_tile.h"
+#include "cuda/sm90/pipeline.h"
+#include "gpu_test.h"
+
+#if defined(FLASHATTN_WITH_CUDA)
+#include "api/backends.h"
+#include "attention_case.h"
+#include "criterion.h"
+#include "naive_lowp.h"
+#include "outputs_criterion.h"
+#endif
+
+namespace fa_test {
+namespace {
+
+namespace sm90 = flashattn::detail::cuda::sm90;
+namespace sm80 = flashattn::detail::cuda::sm80;
+
+// The 128-byte swizzle of TMA and wgmma on an offset from a 1024-byte aligned base (PTX ISA, "Tensor
+// swizzling modes" / "Shared memory matrix layout"): the 16-byte chunk bits 4-6 are XORed with bits 7-9.
+uint32_t swizzle128(uint32_t offset) { return offset ^ (((offset >> 7) & 7u) << 4); }
+
+// Where TMA puts element (r, c) of the box (64 elements, rows) it writes at `panel_base`: row r at r * 128
+// bytes, then the swizzle.
+uint32_t tma_box_offset(uint32_t panel_base, int r, int c) {
+  return panel_base + swizzle128(uint32_t(r) * 128 + uint32_t(c) * 2);
+}
+
+// Where wgmma reads element (m, k) of a K-major operand (m along M or N, k < 16 along K) whose descriptor
+// starts at `start` with stride byte offset `sbo` (128-byte swizzle: 8-row groups sbo apart, rows 128 bytes
+// apart inside a group, then the swizzle of the address).
+uint32_t wgmma_kmajor_offset(uint32_t start, uint32_t sbo, int m, int k) {
+  return swizzle128(start + uint32_t(m / 8) * sbo + uint32_t(m % 8) * 128 + uint32_t(k) * 2);
+}
+
+// Where wgmma reads element (k, n) of an MN-major operand (k < 16 along K, n along N): 64-element groups
+// of N `lbo` apart, 8-row groups of K `sbo` apart, rows of K 128 bytes apart inside a group.
+uint32_t wgmma_mnmajor_offset(uint32_t start, uint32_t lbo, uint32_t sbo, int k, int n) {
+  return swizzle128(start + uint32_t(n / 64) * lbo + uint32_t(k / 8) * sbo + uint32_t(k % 8) * 128 +
+                    uint32_t(n % 64) * 2);
+}
+
+template <int kRows, int kCols>
+void expect_tile_layout() {
+  std::set<uint32_t> seen;
+  for (int r = 0; r < kRows; ++r)
+    for (int c = 0; c < kCols; ++c) {
+      const uint32_t off = sm90::tile_byte_offset(kRows, r, c);
+      // TMA writes panel p's box at p * rows * 128 bytes.
+      const int p = c / 64;
+      ASSERT_EQ(off, tma_box_offset(uint32_t(p * kRows * 128), r, c % 64)) << r << ", " << c;
+      // sm80's tile (the epilogue's offsets) is the same layout.
+      ASSERT_EQ(off, uint32_t(sm80::SmemTile<kRows, kCols>::offset(r, c)) * 2) << r << ", " << c;
+      ASSERT_LT(off, uint32_t(kRows * kCols * 2));
+      ASSERT_TRUE(seen.insert(off).second) << "two elements at byte " << off;
+    }
+}
+
+TEST(CudaSm90Host, TmaBoxesWriteThePanelLayout) {
+  expect_tile_layout<64, 64>();
+  expect_tile_layout<128, 128>();
+  expect_tile_layout<80, 256>();
+  expect_tile_layout<192, 64>();
+}
+
+// S = Q K^T: k-step kk of the warpgroup whose rows start at row0 reads Q[row0 + m][16 kk + k], and of the
+// K tile K[n][16 kk + k].
+TEST(CudaSm90Host, KMajorDescriptorsReadQAndK) {
+  for (int rows : {64, 80, 128, 192})
+    for (int dim : {64, 128, 256})
+      for (int row0 = 0; row0 + 64 <= rows; row0 += 64)
+        for (int kk = 0; kk < dim / 16; ++kk) {
+          const uint32_t start = sm90::kmajor_start(rows, row0, kk);
+          const int span = row0 == 0 ? rows : 64;  // B operands span the whole tile, A ones 64 rows
+          for (int m = 0; m < span; ++m)
+            for (int k = 0; k < 16; ++k)
+              ASSERT_EQ(wgmma_kmajor_offset(start, sm90::kSwizzleAtomBytes, m, k),
+                        sm90::tile_byte_offset(rows, row0 + m, 16 * kk + k))
+                  << "rows " << rows << " dim " << dim << " row0 " << row0 << " kk " << kk << " m " << m << " k " << k;
+        }
+}
+
+// O += P V: k-step kk reads V[16 kk + k][n] over the whole head dim.
+TEST(CudaSm90Host, MnMajorDescriptorsReadV) {
+  for (int rows : {64, 80, 128})
+    for (int dim : {64, 128, 256})
+      for (int kk = 0; kk < rows / 16; ++kk)
+        for (int k = 0; k < 16; ++k)
+          for (int n = 0; n < dim; ++n)
+            ASSERT_EQ(wgmma_mnmajor_offset(sm90::mnmajor_start(kk), sm90::mnmajor_leading(rows),
+                                           sm90::kSwizzleAtomBytes, k, n),
+                      sm90::tile_byte_offset(rows, 16 * kk + k, n))
+                << "rows " << rows << " dim " << dim << " kk " << kk << " k " << k << " n " << n;
+}
+
+TEST(CudaSm90Host, TileTableFitsHopper) {
+  constexpr int kSmemOptin = 227 * 1024;  // sm_90's opt-in shared memory per CTA
+  for (int bucket : {64, 96, 128, 160, 192, 224, 256}) {
+    const sm90::Sm90FwdTile t = sm90::fwd_tile(bucket);
+    if (t.head_dim == 0) continue;
+    SCOPED_TRACE(bucket);
+    EXPECT_EQ(t.head_dim, bucket);
+    EXPECT_EQ(t.block_m % sm90::kWgmmaRows, 0);
+    EXPECT_EQ(t.block_n % 16, 0);
+    EXPECT_EQ(t.head_dim % 64, 0);  // whole 128-byte panels
+    EXPECT_LE(t.smem_bytes(), kSmemOptin);
+    EXPECT_TRUE(t.registers_fit());
+    EXPECT_GE(t.stages, 2);  // the ping-pong turns (fwd_kernel.cuh)
+    // every tile starts on the swizzle atom, the barriers on 8 bytes
+    EXPECT_EQ(t.q_bytes() % 1024, 0);
+    for (int s = 0; s < t.stages; ++s) {
+      EXPECT_EQ(t.k_offset(s) % 1024, 0);
+      EXPECT_EQ(t.v_offset(s) % 1024, 0);
+    }
+    // the warpgroups' Q rows start on 8-row groups
+    EXPECT_EQ(sm90::kWgmmaRows * int(sm90::kPanelRowBytes) % 1024, 0);
+  }
+  EXPECT_EQ(sm90::fwd_bucket(128), 128);
+  EXPECT_EQ(sm90::fwd_bucket(72), 128);
+  EXPECT_EQ(sm90::fwd_bucket(64), 64);
+  EXPECT_EQ(sm90::fwd_bucket(40), 64);
+  EXPECT_EQ(sm90::fwd_bucket(32), 0);
+  EXPECT_EQ(sm90::fwd_bucket(136), 256);
+  EXPECT_EQ(sm90::fwd_bucket(256), 256);
+  EXPECT_EQ(sm90::fwd_bucket(264), 0);
+}
+
+// A model of one mbarrier (PTX ISA): pending arrivals and transaction bytes of the current phase; the
+// phase completes when both reach zero. try_wait(P) is true while the current phase's parity is !P.
+struct ModelBarrier {
+  int count = 1;
+  int pending = 1;
+  int64_t tx = 0;
+  uint32_t phase = 0;  // phases completed so far
+
+  void maybe_complete() {
+    if (pending == 0 && tx == 0) {
+      ++phase;
+      pending = count;
+    }
+  }
+  void arrive() {
+    --pending;
+    maybe_complete();
+  }
+  void arrive_expect_tx(int64_t bytes) {
+    tx += bytes;
+    arrive();
+  }
+  void complete_tx(int64_t bytes) {
+    tx -= bytes;
+    maybe_complete();
+  }
+  bool try_wait(uint32_t parity) const { return (phase & 1u) != parity; }
+};
+
+// Runs `tiles` tiles through a ring of kStages stages with one producer, an asynchronous copy engine and
+// `consumers` consumers, scheduled at random. A consumer reads a stage between its full wait and its
+// empty arrival; the copy engine writes a stage when it lands. Fails if a write lands on a stage a
+// consumer is reading, a consumer reads the wrong tile, or nothing can move (deadlock). `broken_parity`
+// makes the producer wait for the wrong empty parity (the test must then detect a deadlock).
+template <int kStages>
+::testing::AssertionResult run_pipeline(int tiles, int consumers, uint64_t seed, bool broken_parity = false) {
+  std::vector<ModelBarrier> full(kStages), empty(kStages);
+  for (auto& b : empty) b.count = b.pending = consumers;
+  std::vector<int> content(kStages, -1);
+  std::vector<int> readers(kStages, 0);
+  struct Landing {
+    int stage, tile;
+  };
+  std::vector<Landing> in_flight;  // issued copies not yet landed
+  sm90::PipelineState<kStages> prod;
+  int next_tile = 0;
+  struct Consumer {
+    sm90::PipelineState<kStages> st;
+    int tile = 0;
+    bool reading = false;
+  };
+  std::vector<Consumer> cons(static_cast<size_t>(consumers));
+  std::mt19937_64 rng(seed);
+  constexpr int64_t kBytes = 4096;
+  for (int64_t step = 0; step < 100000; ++step) {
+    bool done = next_tile == tiles && in_flight.empty();
+    for (const Consumer& c : cons) done = done && c.tile == tiles;
+    if (done) return ::testing::AssertionSuccess();
+    // the actors that can move now
+    std::vector<int> ready;
+    if (next_tile < tiles &&
+        empty[size_t(prod.stage)].try_wait(broken_parity ? prod.full_parity() : prod.empty_parity()))
+      ready.push_back(0);
+    if (!in_flight.empty()) ready.push_back(1);
+    for (int i = 0; i < consumers; ++i) {
+      const Consumer& c = cons[size_t(i)];
+      if (c.tile < tiles && (c.reading || full[size_t(c.st.stage)].try_wait(c.st.full_parity())))
+        ready.push_back(2 + i);
+    }
+    if (ready.empty()) return ::testing::AssertionFailure() << "deadlock at step " << step;
+    const int actor = ready[rng() % ready.size()];
+    if (actor == 0) {  // the producer arms the stage's full barrier and issues the copy
+      full[size_t(prod.stage)].arrive_expect_tx(kBytes);
+      in_flight.push_back({prod.stage, next_tile++});
+      prod.advance();
+    } else if (actor == 1) {  // one copy lands (in any order)
+      const size_t i = rng() % in_flight.size();
+      const Landing l = in_flight[i];
+      in_flight.erase(in_flight.begin() + long(i));
+      if (readers[size_t(l.stage)] != 0)
+        return ::testing::AssertionFailure() << "tile " << l.tile << " landed on stage " << l.stage << " while read";
+      content[size_t(l.stage)] = l.tile;
+      full[size_t(l.stage)].complete_tx(kBytes);
+    } else {
+      Consumer& c = cons[size_t(actor - 2)];
+      const size_t s = size_t(c.st.stage);
+      if (content[s] != c.tile)
+        return ::testing::AssertionFailure()
+               << "consumer read stage " << s << " holding " << content[s] << " for tile " << c.tile;
+      if (!c.reading) {
+        c.reading = true;
+        ++readers[s];
+      } else {  // done reading: release the stage
+        c.reading = false;
+        --readers[s];
+        empty[s].arrive();
+        c.st.advance();
+        ++c.tile;
+      }
+    }
+  }
+  return ::testing::AssertionFailure() << "did not finish";
+}
+
+TEST(CudaSm90Host, PipelinePhasesKeepStagesSafe) {
+  for (uint64_t seed = 0; seed < 40; ++seed)
+    for (int tiles : {0, 1, 2, 5, 17}) {
+      EXPECT_TRUE(run_pipeline<1>(tiles, 2, seed)) << "1 stage, " << tiles << " tiles, seed " << seed;
+      EXPECT_TRUE(run_pipeline<2>(tiles, 2, seed)) << "2 stages, " << tiles << " tiles, seed " << seed;
+      EXPECT_TRUE(run_pipeline<3>(tiles, 3, seed)) << "3 stages, " << tiles << " tiles, seed " << seed;
+      EXPECT_TRUE(run_pipeline<4>(tiles, 2, seed)) << "4 stages, " << tiles << " tiles, seed " << seed;
+    }
+}
+
+// The check above can fail: a producer that waits for the full parity on `empty` never starts.
+TEST(CudaSm90Host, PipelineModelCatchesAWrongParity) { EXPECT_FALSE(run_pipeline<2>(5, 2, 1, /*broken_parity=*/true)); }
+
+// The consumers' ping-pong (fwd_kernel.cuh) on top of the ring: each consumer runs the kernel's sequence
+// of operations for `tiles` key tiles (turn barriers: arrive / sync; ring: wait for a tile's stage, which
+// starts reading it, and release it), modelled as a named barrier of two parties (the syncing warpgroup
+// and the arriving one): a second arrival before the sync would complete the hardware barrier without the
+// syncing warpgroup, so it fails here, as do a deadlock and arrivals left over at the end.
+enum class Op { arrive_other, sync_mine, wait_tile, release_tile };
+struct Step {
+  Op op;
+  int tile;
+};
+std::vector<Step> consumer_steps(int consumer, int tiles, bool pingpong) {
+  std::vector<Step> v;
+  const auto arrive_if = [&](bool c) {
+    if (pingpong && c) v.push_back({Op::arrive_other, 0});
+  };
+  if (tiles > 0) {
+    arrive_if(consumer == 1);
+    if (pingpong) v.push_back({Op::sync_mine, 0});
+    v.push_back({Op::wait_tile, 0});  // K[0], then Q K^T
+    arrive_if(true);
+  }
+  for (int n = 0; n < tiles; ++n) {
+    if (pingpong) v.push_back({Op::sync_mine, 0});
+    v.push_back({Op::release_tile, n});  // V[n] read by P V, then the stage released
+    if (n + 1 < tiles) {
+      v.push_back({Op::wait_tile, n + 1});
+      arrive_if(true);
+    } else {
+      arrive_if(consumer == 0);
+    }
+  }
+  return v;
+}
+
+template <int kStages>
+::testing::AssertionResult run_pingpong(int tiles, bool pingpong, uint64_t seed) {
+  constexpr int kConsumers = 2;
+  std::vector<ModelBarrier> full(kStages), empty(kStages);
+  for (auto& b : empty) b.count = b.pending = kConsumers;
+  std::vector<int> content(kStages, -1), readers(kStages, 0);
+  int turn_pending[kConsumers] = {0, 0};  // arrivals waiting on consumer c's turn barrier
+  sm90::PipelineState<kStages> prod;
+  int next_tile = 0;
+  std::vector<std::pair<int, int>> in_flight;  // (stage, tile) issued, not landed
+  struct Consumer {
+    std::vector<Step> steps;
+    size_t at = 0;
+    sm90::PipelineState<kStages> st;
+  };
+  Consumer cons[kConsumers] = {{consumer_steps(0, tiles, pingpong)}, {consumer_steps(1, tiles, pingpong)}};
+  std::mt19937_64 rng(seed);
+  for (int64_t step = 0; step < 100000; ++step) {
+    bool done = next_tile == tiles && in_flight.empty();
+    for (const Consumer& c : cons) done = done && c.at == c.steps.size();
+    if (done) {
+      if (turn_pending[0] != 0 || turn_pending[1] != 0)
+        return ::testing::AssertionFailure() << "arrivals left on the turn barriers";
+      return ::testing::AssertionSuccess();
+    }
+    std::vector<int> ready;
+    if (next_tile < tiles && empty[size_t(prod.stage)].try_wait(prod.empty_parity())) ready.push_back(0);
+    if (!in_flight.empty()) ready.push_back(1);
+    for (int i = 0; i < kConsumers; ++i) {
+      const Consumer& c = cons[i];
+      if (c.at == c.steps.size()) continue;
+      const Op op = c.steps[c.at].op;
+      if ((op == Op::sync_mine && turn_pending[i] == 0) ||
+          (op == Op::wait_tile && !full[size_t(c.st.stage)].try_wait(c.st.full_parity())))
+        continue;
+      ready.push_back(2 + i);
+    }
+    if (ready.empty()) return ::testing::AssertionFailure() << "deadlock at step " << step;
+    const int actor = ready[rng() % ready.size()];
+    if (actor == 0) {
+      full[size_t(prod.stage)].arrive_expect_tx(1);
+      in_flight.push_back({prod.stage, next_tile++});
+      prod.advance();
+    } else if (actor == 1) {
+      const size_t i = rng() % in_flight.size();
+      const auto [stage, tile] = in_flight[i];
+      in_flight.erase(in_flight.begin() + long(i));
+      if (readers[size_t(stage)] != 0) return ::testing::AssertionFailure() << "tile " << tile << " landed while read";
+      content[size_t(stage)] = tile;
+      full[size_t(stage)].complete_tx(1);
+    } else {
+      const int i = actor - 2;
+      Consumer& c = cons[i];
+      const Step s = c.steps[c.at++];
+      const size_t stage = size_t(c.st.stage);
+      switch (s.op) {
+        case Op::arrive_other:
+          if (turn_pending[1 - i]++ != 0) return ::testing::AssertionFailure() << "two arrivals in one turn";
+          break;
+        case Op::sync_mine:
+          --turn_pending[i];
+          break;
+        case Op::wait_tile:
+          if (content[stage] != s.tile) return ::testing::AssertionFailure() << "read the wrong tile";
+          ++readers[stage];
+          break;
+        case Op::release_tile:
+          if (content[stage] != s.tile) return ::testing::AssertionFailure() << "tile overwritten while read";
+          --readers[stage];
+          empty[stage].arrive();
+          c.st.advance();
+          break;
+      }
+    }
+  }
+  return ::testing::AssertionFailure() << "did not finish";
+}
+
+TEST(CudaSm90Host, PingPongTurnsNeitherDeadlockNorLeaveArrivals) {
+  for (uint64_t seed = 0; seed < 40; ++seed)
+    for (int tiles : {0, 1, 2, 3, 9})
+      for (bool pingpong : {false, true}) {
+        EXPECT_TRUE(run_pingpong<2>(tiles, pingpong, seed)) << tiles << " tiles, ping-pong " << pingpong;
+        EXPECT_TRUE(run_pingpong<4>(tiles, pingpong, seed)) << tiles << " tiles, ping-pong " << pingpong;
+      }
+  // The model catches a ring too shallow for the turns (fwd_kernel.cuh's static_assert).
+  bool deadlocked = false;
+  for (uint64_t seed = 0; seed < 10; ++seed) deadlocked = deadlocked || !run_pingpong<1>(3, true, seed);
+  EXPECT_TRUE(deadlocked);
+}
+
+TEST(CudaSm90Host, PipelineStateWalksTheRing) {
+  sm90::PipelineState<3> st;
+  for (int j = 0; j < 12; ++j) {
+    EXPECT_EQ(st.stage, j % 3);
+    EXPECT_EQ(st.full_parity(), uint32_t((j / 3) & 1));
+    EXPECT_EQ(st.empty_parity(), uint32_t(((j / 3) & 1) ^ 1));
+    st.advance();
+  }
+}
+
+#if defined(FLASHATTN_WITH_CUDA)
+// ---------------------------------------------------------------------------------------------------
+// GPU: the backend forced, against the reference (the catalogue covers the features; these probe the
+// tile and stage boundaries of the D = 128 kernel). Skips without a GPU, and with the backend's reason
+// where it declines (a device other than sm_90, a build without 90a).
+
+constexpr const char* kBackend = "cuda_sm90";
+
+// The forward of `in` forced onto cuda_sm90; false (the test skipped, with the backend's reason) where it
+// declines the call.
+bool run_sm90(const AttnInputs& in, FwdOutputs& got) {
+  try {
+    got = run_forward(in, kBackend, flashattn::Device::cuda(0));
+    return true;
+  } catch (const flashattn::Error& e) {
+    if (e.status() != flashattn::Status::unsupported) throw;
+    [&] { GTEST_SKIP() << e.what(); }();
+    return false;
+  }
+}
+
+void expect_sm90_forward(const AttnConfig& cfg, uint64_t seed) {
+  SCOPED_TRACE(cfg.name());
+  const AttnInputs in = make_inputs(cfg, seed);
+  FwdOutputs got;
+  if (run_sm90(in, got)) expect_forward_within_criterion(got, reference_forward(in), naive_lowp(in, false), cfg.dtype);
+}
+
+// Query counts around the 128-row tile and the 64-row warpgroup half, key counts around the 128-key tile
+// and past the two-stage ring (5 key tiles: each stage refilled twice), causal (bottom-right) and not,
+// Sq != Sk both ways, GQA 4:1, bf16 and f16, head dims 128, 72, 64, 40, 256 and 200 (72, 40 and 200
+// zero-filled by TMA past the head dim). At D = 64 the ring has four stages: 700 keys refill each stage once
+// or twice; at D = 256 the key tile is 80 (79 and 81 keys).
+TEST(CudaSm90, ForwardAtTileAndStageBoundaries) {
+  FA_SKIP_WITHOUT_GPU(kBackend);
+  uint64_t seed = 900;
+  for (int64_t sq : {1, 63, 65, 128, 129, 300})
+    for (int64_t sk : {1, 79, 81, 127, 128, 129, 640, 700})
+      for (bool causal : {false, true}) {
+        AttnConfig c;
+        c.dtype = (seed % 2) ? flashattn::DType::bf16 : flashattn::DType::f16;
+        c.head_dim = std::vector<int64_t>{128, 72, 64, 40, 256, 200}[seed % 6];
+        c.batch = 2;
+        c.heads = 4;
+        c.heads_k = (seed % 3) ? 1 : 4;
+        c.seqlen_q = sq;
+        c.seqlen_k = sk;
+        c.causal = causal;
+        expect_sm90_forward(c, ++seed);
+        if (HasFatalFailure() || IsSkipped()) return;
+      }
+}
+
+// Bitwise identical results run to run (one tile per CTA, a fixed order of every sum), causal with GQA at
+// each bucket.
+TEST(CudaSm90, ForwardIsBitwiseRepeatable) {
+  FA_SKIP_WITHOUT_GPU(kBackend);
+  for (int64_t dim : {64, 128, 256}) {
+    AttnConfig c;
+    c.dtype = flashattn::DType::bf16;
+    c.head_dim = dim;
+    c.batch = 2;
+    c.heads = 4;
+    c.heads_k = 2;
+    c.seqlen_q = 300;
+    c.seqlen_k = 517;
+    c.causal = true;
+    SCOPED_TRACE(c.name());
+    const AttnInputs in = make_inputs(c, 77);
+    FwdOutputs first, second;
+    if (!run_sm90(in, first) || !run_sm90(in, second)) return;
+    ASSERT_EQ(first.out.nbytes(), second.out.nbytes());
+    EXPECT_EQ(std::memcmp(first.out.data(), second.out.data(), first.out.nbytes()), 0);
+    ASSERT_EQ(first.lse.nbytes(), second.lse.nbytes());
+    EXPECT_EQ(std::memcmp(first.lse.data(), second.lse.data(), first.lse.nbytes()), 0);
+  }
+}
+
+// The default path does not pick it until verified: registered ahead of cuda_sm80, with a default
+// decline that names the reason unless FLASHATTN_ENABLE_SM90=1 is set in the test's environment (runs
+// without a GPU).
+TEST(CudaSm90, OptInUntilVerified) {
+  std::vector<std::string> names;
+  for (const flashattn::BackendInfo& b : flashattn::list_backends()) names.push_back(b.name);
+  const auto sm90_at = std::find(names.begin(), names.end(), kBackend);
+  ASSERT_NE(sm90_at, names.end()) << kBackend << " is not registered";
+  EXPECT_LT(sm90_at - names.begin(), std::find(names.begin(), names.end(), "cuda_sm80") - names.begin());
+  const flashattn::detail::Backend& b = flashattn::detail::cuda_sm90_backend();
+  ASSERT_NE(b.default_decline, nullptr);
+  const char* env = std::getenv("FLASHATTN_ENABLE_SM90");
+  if (env != nullptr && std::string(env) == "1") GTEST_SKIP() << "FLASHATTN_ENABLE_SM90=1 is set";
+  EXPECT_NE(b.default_decline().find("not yet verified on a GPU"), std::string::npos) << b.default_decline();
+}
+#endif
+
+}  // namespace
+}  // namespace fa_test
