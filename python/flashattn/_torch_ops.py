@@ -275,6 +275,7 @@ def _fwd_kvcache_body(
     rotary_interleaved: bool,
     alibi_slopes: Optional[Tensor],
     num_splits: int,
+    check_index_values: bool = False,
 ) -> Tuple[Tensor, Tensor]:
     return _ops.forward_kvcache(
         q,
@@ -295,6 +296,7 @@ def _fwd_kvcache_body(
         rotary_interleaved=rotary_interleaved,
         alibi_slopes=alibi_slopes,
         num_splits=num_splits,
+        check_index_values=check_index_values,
     )
 
 
@@ -325,6 +327,7 @@ def _fwd_kvcache_fake(
     rotary_interleaved,
     alibi_slopes,
     num_splits,
+    check_index_values=False,
 ):
     return q.new_empty(q.shape), _empty_lse(q, varlen=False)  # contiguous, as the real op's out
 
@@ -392,6 +395,7 @@ def attention_kvcache(
     rotary_interleaved,
     alibi_slopes,
     num_splits,
+    check_index_values=False,
 ):
     """(out, softmax_lse) through flashattn::fwd_kvcache (no backward, as in flash-attn)."""
     q, k, v = (last_dim_contiguous(x) for x in (q, k, v))
@@ -421,6 +425,7 @@ def attention_kvcache(
         bool(rotary_interleaved),
         alibi_slopes,
         int(num_splits),
+        bool(check_index_values),
     )
     tensors = [a for a in args if isinstance(a, Tensor)]
     if (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)) or not _direct_call(*tensors):

@@ -22,7 +22,7 @@ auto kvcache_entry(InArray q, OutArray k_cache, OutArray v_cache, OutArray out, 
                    InArray cache_leftpad, InArray block_table, InArray rotary_cos, InArray rotary_sin,
                    bool rotary_interleaved, std::optional<float> softmax_scale, bool causal, int window_left,
                    int window_right, InArray alibi_slopes, float softcap, int num_splits, const std::string& backend,
-                   uintptr_t stream, nb::object workspace_alloc) {
+                   uintptr_t stream, nb::object workspace_alloc, bool check_index_values) {
   KVCacheParams p;
   // workspace_alloc(bytes) -> an array on the call's device (torch.empty on the current stream): the
   // kernels' scratch memory from the framework's caching allocator. The array is kept until the call
@@ -55,6 +55,7 @@ auto kvcache_entry(InArray q, OutArray k_cache, OutArray v_cache, OutArray out, 
   p.rotary_sin = to_tensor(rotary_sin, kKV, "rotary_sin");
   p.rotary_interleaved = rotary_interleaved;
   p.options = make_options(kKV, softmax_scale, causal, window_left, window_right, alibi_slopes, softcap, backend);
+  p.options.check_index_values = check_index_values;
   p.num_splits = num_splits;
   return Action::apply(p, stream);
 }
@@ -67,7 +68,7 @@ void def_kvcache(nb::module_& m, const char* name, Func f, const char* doc) {
         "block_table"_a.none() = nb::none(), "rotary_cos"_a.none() = nb::none(), "rotary_sin"_a.none() = nb::none(),
         "rotary_interleaved"_a = true, "softmax_scale"_a.none() = nb::none(), "causal"_a = false, "window_left"_a = -1,
         "window_right"_a = -1, "alibi_slopes"_a.none() = nb::none(), "softcap"_a = 0.0f, "num_splits"_a = 0,
-        "backend"_a = "", "stream"_a = 0, "workspace_alloc"_a.none() = nb::none(), doc);
+        "backend"_a = "", "stream"_a = 0, "workspace_alloc"_a.none() = nb::none(), "check_index_values"_a = false, doc);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include "api/problem.h"
 #include "common/host_device.h"
+#include "common/index_bounds.h"
 
 namespace flashattn::detail {
 
@@ -72,12 +73,10 @@ struct SeqRange {
 
 FA_HD SeqRange seq_range(const FwdProblem& p, int64_t b) {
   if (p.cu_seqlens_q == nullptr) return SeqRange{0, p.seqlen_q, 0, p.seqlen_k};
-  SeqRange r;
-  r.q_start = p.cu_seqlens_q[b];
-  r.sq = p.cu_seqlens_q[b + 1] - r.q_start;
-  r.k_start = p.cu_seqlens_k[b];
-  r.sk = p.cu_seqlens_k[b + 1] - r.k_start;
-  return r;
+  // Clamped to the packed tensors (common/index_bounds.h): unchecked offsets on a GPU stay in bounds.
+  const PackedSpan q = packed_span(p.cu_seqlens_q[b], p.cu_seqlens_q[b + 1], p.total_q, p.seqlen_q);
+  const PackedSpan k = packed_span(p.cu_seqlens_k[b], p.cu_seqlens_k[b + 1], p.total_k, p.seqlen_k);
+  return SeqRange{q.start, q.len, k.start, k.len};
 }
 
 }  // namespace flashattn::detail
