@@ -42,6 +42,7 @@ typedef struct flashattn_options {
   flashattn_tensor alibi_slopes;
   float softcap;
   const char* backend; /* NULL or "": automatic */
+  int32_t check_index_values; /* CUDA: validate index values on the device (AttentionOptions::check_index_values) */
 } flashattn_options;
 
 typedef struct flashattn_fwd_params {

@@ -26,6 +26,13 @@ struct AttentionOptions {
   float softcap = 0.0f;
   // Name of the backend to use; empty picks the fastest one that supports the call.
   std::string backend;
+  // CUDA calls: validate every index value (cu_seqlens, cache_seqlens, cache_batch_idx, cache_leftpad,
+  // block_table) on the device before the attention and raise a named error (argument, batch, value),
+  // at the cost of a small kernel and a stream synchronisation; refused during CUDA graph capture.
+  // FLASHATTN_CHECK_INDEX_VALUES=1 turns it on for every call. Without it, bad values on a GPU are
+  // clamped into the call's buffers (wrong rows, never out of bounds); CPU calls are always checked.
+  // See docs/reliability.md.
+  bool check_index_values = false;
 };
 
 // Forward of exact attention. Dense layout: q (B, Sq, H, D), k/v (B, Sk, Hk, D), out like q.

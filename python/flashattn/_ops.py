@@ -229,6 +229,7 @@ def forward_kvcache(
     alibi_slopes=None,
     num_splits=0,
     backend=None,
+    check_index_values=False,
 ):
     """flash_attn_with_kvcache without autograd; k_cache/v_cache are updated in place when k/v are given.
     Returns (out, softmax_lse) with softmax_lse float32 (batch, heads, seqlen_q)."""
@@ -255,6 +256,7 @@ def forward_kvcache(
         num_splits=int(num_splits),
         stream=stream_of(q),
         workspace_alloc=workspace_allocator(q),
+        check_index_values=bool(check_index_values),
         **_options(softmax_scale, causal, window_size, softcap, alibi_slopes, backend),
     )
     return out, lse

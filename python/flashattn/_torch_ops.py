@@ -287,21 +287,21 @@ class _EagerAttention(torch.autograd.Function):
 
 def _kvcache_run(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_seqlens_scalar,
                  cache_batch_idx, cache_leftpad, block_table, softmax_scale, causal, window_left, window_right,
-                 softcap, rotary_interleaved, alibi_slopes, num_splits):  # fmt: skip
+                 softcap, rotary_interleaved, alibi_slopes, num_splits, check_index_values):  # fmt: skip
     tensors = (q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_leftpad, block_table, rotary_cos,
                rotary_sin, alibi_slopes)  # fmt: skip
     options = (rotary_interleaved, softmax_scale, causal, window_left, window_right)
     if _readable(*tensors):
         return _C.fwd_kvcache(q, k_cache, v_cache, None, k, v, None, cache_seqlens, cache_seqlens_scalar,
                               cache_batch_idx, cache_leftpad, block_table, rotary_cos, rotary_sin, *options,
-                              alibi_slopes, softcap, num_splits, "", None, None)  # fmt: skip
+                              alibi_slopes, softcap, num_splits, "", None, None, check_index_values)  # fmt: skip
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = _empty_lse(q, varlen=False)
     (q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_leftpad, block_table, rotary_cos, rotary_sin,
      alibi_slopes) = (_native(x) for x in tensors)  # fmt: skip
     _C.fwd_kvcache(q, k_cache, v_cache, out, k, v, lse, cache_seqlens, cache_seqlens_scalar, cache_batch_idx,
                    cache_leftpad, block_table, rotary_cos, rotary_sin, *options, alibi_slopes, softcap, num_splits, "",
-                   _stream(q), _workspace(q))  # fmt: skip
+                   _stream(q), _workspace(q), check_index_values)  # fmt: skip
     return out, lse
 
 
@@ -324,10 +324,11 @@ def _fwd_kvcache_body(
     rotary_interleaved: bool,
     alibi_slopes: Optional[Tensor],
     num_splits: int,
+    check_index_values: bool = False,
 ) -> Tuple[Tensor, Tensor]:
     return _kvcache_run(q, k_cache, v_cache, None, None, rotary_cos, rotary_sin, cache_seqlens, cache_seqlens_scalar,
                         cache_batch_idx, cache_leftpad, block_table, softmax_scale, causal, window_left, window_right,
-                        softcap, rotary_interleaved, alibi_slopes, num_splits)  # fmt: skip
+                        softcap, rotary_interleaved, alibi_slopes, num_splits, check_index_values)  # fmt: skip
 
 
 def _fwd_kvcache_append_body(
@@ -351,10 +352,11 @@ def _fwd_kvcache_append_body(
     rotary_interleaved: bool,
     alibi_slopes: Optional[Tensor],
     num_splits: int,
+    check_index_values: bool = False,
 ) -> Tuple[Tensor, Tensor]:
     return _kvcache_run(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_seqlens_scalar,
                         cache_batch_idx, cache_leftpad, block_table, softmax_scale, causal, window_left, window_right,
-                        softcap, rotary_interleaved, alibi_slopes, num_splits)  # fmt: skip
+                        softcap, rotary_interleaved, alibi_slopes, num_splits, check_index_values)  # fmt: skip
 
 
 # Read-only: no k/v argument at all, so that nothing can be appended through an op that declares no mutation.
@@ -525,6 +527,7 @@ def attention_kvcache(
     rotary_interleaved,
     alibi_slopes,
     num_splits,
+    check_index_values=False,
 ):
     """(out, softmax_lse) through flashattn::fwd_kvcache, or flashattn::fwd_kvcache_append when k or v is given
     (no backward, as in flash-attn)."""
@@ -550,6 +553,7 @@ def attention_kvcache(
         bool(rotary_interleaved),
         alibi_slopes,
         int(num_splits),
+        bool(check_index_values),
     )
     append = k is not None or v is not None
     tensors = (q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, seqlens, cache_batch_idx, cache_leftpad, block_table,

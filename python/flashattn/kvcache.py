@@ -25,6 +25,8 @@ def flash_attn_with_kvcache(
     alibi_slopes=None,
     num_splits=0,
     return_softmax_lse=False,
+    *,
+    check_index_values=False,
 ):
     """Attention of q (batch, seqlen_q, heads, head_dim) over the cache.
 
@@ -38,6 +40,10 @@ def flash_attn_with_kvcache(
     (batch,) int32 selects cache rows; cache_leftpad (batch,) int32 is the first valid cache position.
     num_splits is a hint for the GPU decode kernels (0 chooses). Returns out (batch, seqlen_q, heads,
     head_dim), or (out, softmax_lse (batch, heads, seqlen_q)) with return_softmax_lse=True. No backward.
+    check_index_values (a flashattn keyword; FLASHATTN_CHECK_INDEX_VALUES=1 does the same for every call):
+    on CUDA, validate cache_seqlens, block_table, cache_batch_idx and cache_leftpad on the device first and
+    raise the named error (batch and value) instead of clamping them; a stream sync, refused during CUDA
+    graph capture. CPU calls are always checked.
     """
     torch_ops = torch_ops_for(q)
     if torch_ops is not None:
@@ -60,6 +66,7 @@ def flash_attn_with_kvcache(
             rotary_interleaved,
             alibi_slopes,
             num_splits,
+            check_index_values,
         )
     else:
         framework(q)  # a clear TypeError for arrays of other frameworks
@@ -82,5 +89,6 @@ def flash_attn_with_kvcache(
             rotary_interleaved=rotary_interleaved,
             alibi_slopes=alibi_slopes,
             num_splits=num_splits,
+            check_index_values=check_index_values,
         )
     return (out, lse) if return_softmax_lse else out

@@ -22,7 +22,8 @@ nb::object kvcache_entry(InArray q, OutArray k_cache, OutArray v_cache, OutArray
                          InArray cache_batch_idx, InArray cache_leftpad, InArray block_table, InArray rotary_cos,
                          InArray rotary_sin, bool rotary_interleaved, std::optional<float> softmax_scale, bool causal,
                          int window_left, int window_right, InArray alibi_slopes, float softcap, int num_splits,
-                         const std::string& backend, std::optional<uintptr_t> stream, nb::object workspace_alloc) {
+                         const std::string& backend, std::optional<uintptr_t> stream, nb::object workspace_alloc,
+                         bool check_index_values) {
   KVCacheParams p;
   p.q = to_tensor(q, kKV, "q");
   // workspace_alloc(bytes) -> an array on the call's device (torch.empty on the current stream): the
@@ -58,6 +59,7 @@ nb::object kvcache_entry(InArray q, OutArray k_cache, OutArray v_cache, OutArray
   p.rotary_sin = to_tensor(rotary_sin, kKV, "rotary_sin");
   p.rotary_interleaved = rotary_interleaved;
   p.options = make_options(kKV, softmax_scale, causal, window_left, window_right, alibi_slopes, softcap, backend);
+  p.options.check_index_values = check_index_values;
   p.num_splits = num_splits;
   return finish<Action>(p, resolve_stream(stream, q, p.q), std::move(outputs));
 }
@@ -70,7 +72,8 @@ void def_kvcache(nb::module_& m, const char* name, Func f, const char* doc) {
         "block_table"_a.none() = nb::none(), "rotary_cos"_a.none() = nb::none(), "rotary_sin"_a.none() = nb::none(),
         "rotary_interleaved"_a = true, "softmax_scale"_a.none() = nb::none(), "causal"_a = false, "window_left"_a = -1,
         "window_right"_a = -1, "alibi_slopes"_a.none() = nb::none(), "softcap"_a = 0.0f, "num_splits"_a = 0,
-        "backend"_a = "", "stream"_a.none() = nb::none(), "workspace_alloc"_a.none() = nb::none(), doc);
+        "backend"_a = "", "stream"_a.none() = nb::none(), "workspace_alloc"_a.none() = nb::none(),
+        "check_index_values"_a = false, doc);
 }
 
 }  // namespace

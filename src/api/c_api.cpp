@@ -47,6 +47,7 @@ flashattn::AttentionOptions to_options(const flashattn_options& o) {
   out.alibi_slopes = to_tensor(o.alibi_slopes, "alibi_slopes");
   out.softcap = o.softcap;
   if (o.backend) out.backend = o.backend;
+  out.check_index_values = o.check_index_values != 0;
   return out;
 }
 

@@ -4,6 +4,7 @@
 
 #include "api/backend.h"
 #include "api/head_dim_pad.h"
+#include "api/index_check.h"
 #include "api/validate.h"
 #include "flashattn/api.h"
 
@@ -137,15 +138,21 @@ void dispatch(const Problem& p, const std::string& forced, Stream stream) {
 }  // namespace detail
 
 void forward(const FwdParams& params, Stream stream) {
-  detail::dispatch(detail::make_fwd_problem(params), params.options.backend, stream);
+  const auto problem = detail::make_fwd_problem(params);
+  detail::check_index_values_on_device(problem, params.options, stream, "flashattn::forward");
+  detail::dispatch(problem, params.options.backend, stream);
 }
 
 void backward(const BwdParams& params, Stream stream) {
-  detail::dispatch(detail::make_bwd_problem(params), params.options.backend, stream);
+  const auto problem = detail::make_bwd_problem(params);
+  detail::check_index_values_on_device(problem, params.options, stream, "flashattn::backward");
+  detail::dispatch(problem, params.options.backend, stream);
 }
 
 void forward_kvcache(const KVCacheParams& params, Stream stream) {
-  detail::dispatch(detail::make_kvcache_problem(params), params.options.backend, stream);
+  const auto problem = detail::make_kvcache_problem(params);
+  detail::check_index_values_on_device(problem, params.options, stream, "flashattn::forward_kvcache");
+  detail::dispatch(problem, params.options.backend, stream);
 }
 
 std::vector<BackendSupport> query_backends(const FwdParams& params) {

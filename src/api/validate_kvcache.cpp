@@ -36,6 +36,24 @@ void check_rotary_reach(const ArgChecker& c, const KVCacheProblem& pr, int64_t l
            std::to_string(pr.rotary.seqlen) + " rows");
 }
 
+// A cache length `len` of sequence b (`bs`: "[b]", or "" for a scalar) in [0, capacity - seqlen_new].
+// Past it, a paged cache's block_table is what is too short (flash-attn names it too): its columns times
+// page_size must cover cache_seqlens + the new tokens.
+void check_cache_length(const ArgChecker& c, const KVCacheProblem& pr, int64_t len, const std::string& bs) {
+  const int64_t room = pr.cache.capacity - pr.seqlen_new;
+  if (len >= 0 && pr.cache.paged() && len > room)  // (len + seqlen_new could overflow)
+    c.fail("block_table" + bs,
+           "enough pages for cache_seqlens" + bs + " + seqlen_new = " + std::to_string(len) + " + " +
+               std::to_string(pr.seqlen_new) + " positions",
+           std::to_string(pr.cache.capacity / pr.cache.page_size) + " pages of " + std::to_string(pr.cache.page_size) +
+               " (" + std::to_string(pr.cache.capacity) + " positions)");
+  if (len < 0 || len > room)
+    c.fail("cache_seqlens" + bs,
+           "a length in [0, " + std::to_string(room) + "] (cache capacity " + std::to_string(pr.cache.capacity) +
+               " minus " + std::to_string(pr.seqlen_new) + " new tokens)",
+           std::to_string(len));
+}
+
 // Host-side checks of the index values, possible only when they live on the CPU.
 void check_index_values(const ArgChecker& c, const KVCacheParams& p, const KVCacheProblem& pr) {
   auto at = [](const int32_t* v, int64_t stride, int64_t i) { return v[i * stride]; };
@@ -44,11 +62,7 @@ void check_index_values(const ArgChecker& c, const KVCacheParams& p, const KVCac
     std::string bs = "[";
     bs.append(std::to_string(b)).append("]");
     int64_t len = pr.cache_seqlens ? at(pr.cache_seqlens, p.cache_seqlens.stride[0], b) : pr.cache_seqlens_scalar;
-    if (len < 0 || len > pr.cache.capacity - pr.seqlen_new)  // (len + seqlen_new could overflow)
-      c.fail("cache_seqlens" + bs,
-             "a length in [0, " + std::to_string(pr.cache.capacity - pr.seqlen_new) + "] (cache capacity " +
-                 std::to_string(pr.cache.capacity) + " minus " + std::to_string(pr.seqlen_new) + " new tokens)",
-             std::to_string(len));
+    check_cache_length(c, pr, len, bs);
     check_rotary_reach(c, pr, len, b);
     if (pr.cache_batch_idx) {
       int64_t idx = at(pr.cache_batch_idx, p.cache_batch_idx.stride[0], b);
@@ -284,9 +298,7 @@ KVCacheProblem make_kvcache_problem(const KVCacheParams& p) {
     check_append_targets(c, p, pr);
   } else if (!pr.cache_seqlens && pr.batch > 0) {
     // A scalar length is on the host whatever the device: its bounds can be checked without a sync.
-    if (pr.cache_seqlens_scalar < 0 || pr.cache_seqlens_scalar > cv.capacity - pr.seqlen_new)
-      c.fail("cache_seqlens", "a length in [0, " + std::to_string(cv.capacity - pr.seqlen_new) + "]",
-             std::to_string(pr.cache_seqlens_scalar));
+    check_cache_length(c, pr, pr.cache_seqlens_scalar, "");
     check_rotary_reach(c, pr, pr.cache_seqlens_scalar, 0);
   }
   return pr;

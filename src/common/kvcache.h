@@ -13,6 +13,7 @@
 
 #include "api/problem.h"
 #include "common/host_device.h"
+#include "common/index_bounds.h"
 
 namespace flashattn::detail {
 
@@ -23,12 +24,16 @@ struct CacheSeq {
   int64_t seqlen_k = 0;  // keys attended: seqlen_before + seqlen_new - leftpad
 };
 
+// The index values are clamped to the cache (common/index_bounds.h): unchecked values on a GPU address
+// a wrong row at worst, never memory outside the cache.
 FA_HD CacheSeq cache_seq(const KVCacheProblem& p, int64_t b) {
   CacheSeq s;
-  s.cache_row = p.cache_batch_idx ? p.cache_batch_idx[b] : b;
-  s.seqlen_before = p.cache_seqlens ? p.cache_seqlens[b] : p.cache_seqlens_scalar;
-  s.leftpad = p.cache_leftpad ? p.cache_leftpad[b] : 0;
-  s.seqlen_k = s.seqlen_before + p.seqlen_new - s.leftpad;
+  s.cache_row = p.cache_batch_idx ? clamp_index(p.cache_batch_idx[b], p.cache.batches) : b;
+  const CacheExtent e = cache_extent(p.cache_seqlens ? p.cache_seqlens[b] : p.cache_seqlens_scalar,
+                                     p.cache_leftpad ? p.cache_leftpad[b] : 0, p.seqlen_new, p.cache.capacity);
+  s.seqlen_before = e.seqlen_before;
+  s.leftpad = e.leftpad;
+  s.seqlen_k = e.seqlen_k;
   return s;
 }
 
@@ -38,7 +43,8 @@ FA_HD int64_t cache_offset(const CacheView& c, const CacheSeq& s, int64_t b, int
   const int64_t rs = is_v ? c.v_row_stride : c.k_row_stride;
   const int64_t hs = is_v ? c.v_head_stride : c.k_head_stride;
   if (c.block_table) {
-    const int64_t block = c.block_table[b * c.block_table_stride + pos / c.page_size];
+    const int64_t block =
+        clamp_page(c.block_table[b * c.block_table_stride + pos / c.page_size], last_page_of(c.num_blocks));
     return block * bs + (pos % c.page_size) * rs + hk * hs;
   }
   return s.cache_row * bs + pos * rs + hk * hs;
@@ -47,8 +53,9 @@ FA_HD int64_t cache_offset(const CacheView& c, const CacheSeq& s, int64_t b, int
 // Whether queries are rotated at consecutive positions (causal or local) or all at seqlen_before.
 FA_HD bool rotary_q_consecutive(const ScoreParams& s) { return s.window_left >= 0 || s.window_right >= 0; }
 
+// Clamped to the rows of rotary_cos (checked on the host only where cache_seqlens is readable there).
 FA_HD int64_t rotary_q_position(const KVCacheProblem& p, const CacheSeq& s, int64_t i) {
-  return s.seqlen_before + (rotary_q_consecutive(p.score) ? i : 0);
+  return clamp_length(s.seqlen_before + (rotary_q_consecutive(p.score) ? i : 0), p.rotary.seqlen - 1);
 }
 
 // Index pairs rotated together: (2r, 2r + 1) interleaved (GPT-J), (r, r + dim/2) otherwise (GPT-NeoX),

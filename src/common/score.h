@@ -9,6 +9,7 @@
 
 #include "api/problem.h"
 #include "common/host_device.h"
+#include "common/index_bounds.h"
 
 namespace flashattn::detail {
 
@@ -74,18 +75,25 @@ struct SeqRange {
 // its block table (key_offset below), so k_start is 0.
 FA_HD SeqRange seq_range(const FwdProblem& p, int64_t b) {
   if (p.cu_seqlens_q == nullptr) return SeqRange{0, p.seqlen_q, 0, p.seqlen_k};
-  SeqRange r;
-  r.q_start = p.cu_seqlens_q[b];
-  r.sq = p.cu_seqlens_q[b + 1] - r.q_start;
-  r.k_start = p.paged.block_table ? 0 : p.cu_seqlens_k[b];
-  r.sk = p.seqused_k ? p.seqused_k[b] : p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b];
+  // Every value is clamped to what the tensors can address (common/index_bounds.h): unchecked offsets on a
+  // GPU stay in bounds.
+  const PackedSpan q = packed_span(p.cu_seqlens_q[b], p.cu_seqlens_q[b + 1], p.total_q, p.seqlen_q);
+  SeqRange r{q.start, q.len, 0, 0};
+  if (p.paged.block_table) {
+    r.sk = clamp_length(p.seqused_k ? p.seqused_k[b] : p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b], p.paged.capacity);
+  } else {
+    const PackedSpan k = packed_span(p.cu_seqlens_k[b], p.cu_seqlens_k[b + 1], p.total_k, p.seqlen_k);
+    r.k_start = k.start;
+    r.sk = p.seqused_k ? clamp_length(p.seqused_k[b], k.len) : k.len;
+  }
   return r;
 }
 
 // Element offset of (key j of sequence b, kv head h, dim 0) in k or v (`kv`: p.k or p.v), r = seq_range(p, b).
 FA_HD int64_t key_offset(const FwdProblem& p, const RowsView& kv, const SeqRange& r, int64_t b, int64_t j, int64_t h) {
   if (!p.paged.block_table) return kv.offset(b, r.k_start + j, h);
-  const int64_t block = p.paged.block_table[b * p.paged.block_table_stride + j / p.paged.page_size];
+  const int64_t block = clamp_page(p.paged.block_table[b * p.paged.block_table_stride + j / p.paged.page_size],
+                                   last_page_of(p.paged.num_blocks));
   return block * kv.batch_stride + (j % p.paged.page_size) * kv.row_stride + h * kv.head_stride;
 }
 

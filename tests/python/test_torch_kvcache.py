@@ -164,3 +164,35 @@ def test_split_scratch_memory_comes_from_torch():
     split, out_split = allocations(8)
     assert split == whole + 1
     torch.testing.assert_close(out_split, out_whole, rtol=1e-2, atol=1e-2)
+
+
+# Bad index values (docs/reliability.md): named errors on the CPU (always) and on CUDA with the check mode
+# (the keyword or FLASHATTN_CHECK_INDEX_VALUES=1); without it, CUDA clamps them and the next call is right.
+@pytest.mark.parametrize("device,dtype", [("cuda", torch.bfloat16), ("cpu", torch.float32)], ids=["cuda", "cpu"])
+@pytest.mark.parametrize("how", ["keyword", "env"])
+def test_bad_block_table_is_named(device, dtype, how, monkeypatch):
+    require_device(device)
+    state = decode_inputs(device, dtype, batch=3, dim=64, capacity=64, page_size=16, seed=7)
+    state["cache_seqlens"][1] = 64  # + 1 new key: past 4 pages of 16, a block table too short (flash-attn's name)
+    options = {}
+    if how == "keyword":
+        options["check_index_values"] = True
+    else:
+        monkeypatch.setenv("FLASHATTN_CHECK_INDEX_VALUES", "1")
+    with pytest.raises(ValueError, match=r"block_table\[1\]: expected enough pages"):
+        flashattn.flash_attn_with_kvcache(**state, **options)
+    state["block_table"][2, 0] = 10**6  # a page past the pool
+    state["cache_seqlens"][1] = 3
+    with pytest.raises(ValueError, match=r"block_table\[2\]\[0\]: expected a block index in \[0, 12\), got 1000000"):
+        flashattn.flash_attn_with_kvcache(**state, **options)
+
+
+def test_bad_values_on_cuda_are_clamped_without_the_check_mode():
+    require_device("cuda")
+    state = decode_inputs("cuda", torch.bfloat16, batch=3, dim=64, capacity=64, page_size=16, seed=8)
+    bad = {name: (x.clone() if isinstance(x, torch.Tensor) else x) for name, x in state.items()}
+    bad["cache_seqlens"][1] = 2**31 - 1
+    bad["block_table"][0, 0] = -(2**31)
+    flashattn.flash_attn_with_kvcache(**bad)
+    torch.cuda.synchronize()  # the context survived: no illegal address
+    check_against_reference(state, torch.bfloat16)

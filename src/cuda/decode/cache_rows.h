@@ -25,6 +25,7 @@ struct CacheRows {
   int64_t k_seq = 0, v_seq = 0;    // contiguous: cache_row * batch stride
   const int32_t* table = nullptr;  // paged: this sequence's row of block_table, else nullptr
   FastDivmod page;                 // paged: division by page_size
+  int32_t last_page = 0;           // paged: entries are clamped to [0, last_page] (common/index_bounds.h)
   // Paged, the usual layout: K and V share their page and row strides, a page is less than 2 GB and
   // so is page_size rows. Then a row's byte offset is entry * page_bytes + in_page * row_bytes in 32-bit
   // factors, the same for K and V (the tile loader's short path).
@@ -40,8 +41,8 @@ struct CacheRows {
     return index;
   }
 
-  // The block-table entry of cache position pos (paged caches only).
-  FA_HD int32_t block_of(int pos) const { return table[page_index(pos)]; }
+  // The block-table entry of cache position pos (paged caches only), clamped to the page pool.
+  FA_HD int32_t block_of(int pos) const { return clamp_page(table[page_index(pos)], last_page); }
 
   // Element offsets of cache position pos in the K and V caches; `block` is block_of(pos) for a paged
   // cache and ignored otherwise. The tile loader adds the head offsets once per thread and the row
@@ -97,6 +98,7 @@ FA_HD CacheRows make_cache_rows(const KVCacheProblem& p, const CacheSeq& s, int6
   c.v_seq = s.cache_row * p.cache.v_batch_stride;
   c.table = p.cache.block_table ? p.cache.block_table + b * p.cache.block_table_stride : nullptr;
   c.page = page;
+  c.last_page = last_page_of(p.cache.num_blocks);
   c.compact_paging = uses_compact_paging(p.cache);
   if (c.compact_paging) {
     c.page_bytes = int32_t(c.k_batch_stride * 2);

@@ -111,7 +111,7 @@ __device__ __forceinline__ void fetch_page_entries(const CacheRows& rows, int le
                     (slot / E::kRowsPerWarpPass) * R::kRowsPerPass;
     uint32_t index, in_page;
     rows.page.divmod(uint32_t(leftpad + key), &index, &in_page);
-    e.block[0] = key >= kv_begin && key < kv_end ? rows.table[index] : 0;
+    e.block[0] = key >= kv_begin && key < kv_end ? clamp_page(rows.table[index], rows.last_page) : 0;
     e.in_page[0] = in_page * uint32_t(rows.row_bytes);
   } else {
     const int first_key = tile * Tile::kBlockN + int(threadIdx.x) / Tile::kChunks;
@@ -121,7 +121,7 @@ __device__ __forceinline__ void fetch_page_entries(const CacheRows& rows, int le
       uint32_t index, in_page;
       rows.page.divmod(uint32_t(leftpad + key), &index, &in_page);
       if constexpr (E::kKeepInPage) e.in_page[pass] = in_page;
-      e.block[pass] = key >= kv_begin && key < kv_end ? rows.table[index] : 0;
+      e.block[pass] = key >= kv_begin && key < kv_end ? clamp_page(rows.table[index], rows.last_page) : 0;
     }
   }
   if (threadIdx.x < 3) {
