@@ -23,11 +23,11 @@ namespace flashattn::detail {
 
 namespace {
 
+using cuda::attn::head_dim_bucket;
+using cuda::attn::head_dim_compiled;
 using cuda::sm80::bwd_tile_for;
 using cuda::sm80::dq_tile;
 using cuda::sm80::fwd_tile;
-using cuda::sm80::head_dim_bucket;
-using cuda::sm80::head_dim_compiled;
 
 // What supports_* needs to know about a device, read once per device.
 struct DeviceProps {

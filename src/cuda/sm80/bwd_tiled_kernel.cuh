@@ -27,11 +27,11 @@
 #include "cuda/common/ptx.h"
 #include "cuda/sm80/args.h"
 #include "cuda/sm80/bwd_tiled_mainloop.cuh"
-#include "cuda/sm80/dropout.cuh"
+#include "cuda/attn/dropout.cuh"
 #include "cuda/sm80/fragments.cuh"
-#include "cuda/sm80/mask.cuh"
+#include "cuda/attn/fragment_mask.cuh"
 #include "cuda/sm80/tile_copy.cuh"
-#include "cuda/sm80/tile_range.h"
+#include "cuda/attn/tile_range.h"
 
 namespace flashattn::detail::cuda::sm80 {
 

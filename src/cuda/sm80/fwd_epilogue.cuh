@@ -16,7 +16,7 @@
 #include "cuda/common/ptx.h"
 #include "cuda/sm80/fragments.cuh"
 #include "cuda/sm80/fwd_mainloop.cuh"
-#include "cuda/sm80/softmax.cuh"
+#include "cuda/attn/softmax.cuh"
 #include "cuda/sm80/tile_copy.cuh"
 
 namespace flashattn::detail::cuda::sm80 {

@@ -44,12 +44,12 @@
 #include "cuda/common/launch.h"
 #include "cuda/common/ptx.h"
 #include "cuda/sm80/args.h"
-#include "cuda/sm80/dropout.cuh"
+#include "cuda/attn/dropout.cuh"
 #include "cuda/sm80/fwd_epilogue.cuh"
 #include "cuda/sm80/fwd_mainloop.cuh"
-#include "cuda/sm80/mask.cuh"
-#include "cuda/sm80/softmax.cuh"
-#include "cuda/sm80/tile_range.h"
+#include "cuda/attn/fragment_mask.cuh"
+#include "cuda/attn/softmax.cuh"
+#include "cuda/attn/tile_range.h"
 
 namespace flashattn::detail::cuda::sm80 {
 

@@ -3,8 +3,7 @@
 // Tile configuration of the sm80 tensor-core FlashAttention-2 kernels: one constexpr function per
 // kernel family, so host code, kernels and tests see the same numbers. Plain C++ (no CUDA headers).
 //
-// Head dims are compiled in buckets of 32 (32, 64, ..., 256); a head dim d (a multiple of 8) runs in the
-// smallest bucket >= d with the dims beyond d zero-filled on load and never stored.
+// Head dims are compiled in the buckets of attn/head_dim.h.
 //
 // The numbers trade register pressure against reuse. mma.sync keeps every accumulator in registers
 // (255 per thread at most), and each warp re-reads the whole shared-memory B operand of a product, so
@@ -13,12 +12,12 @@
 
 #include <cstdint>
 
+#include "cuda/attn/head_dim.h"
+
 namespace flashattn::detail::cuda::sm80 {
 
-inline constexpr int kMaxHeadDim = 256;
-inline constexpr int kHeadDimBuckets[] = {32, 64, 96, 128, 160, 192, 224, 256};
-
-constexpr int head_dim_bucket(int64_t head_dim) { return head_dim <= 32 ? 32 : int((head_dim + 31) / 32) * 32; }
+// The sm80 kernels are built on the shared attention pieces (src/cuda/attn/).
+using namespace attn;
 
 // Bytes of one 16-bit element (f16, bf16): the only storage types of these kernels.
 inline constexpr int kElemBytes = 2;
@@ -233,46 +232,5 @@ constexpr bool all_tiles_valid() {
   return true;
 }
 static_assert(all_tiles_valid(), "an sm80 tile configuration breaks a kernel layout assumption");
-
-// The head-dim buckets this build instantiates: cmake/FlashattnCuda.cmake defines FLASHATTN_HDIM_<d>
-// for each bucket of the FLASHATTN_HEAD_DIMS option (all of them by default).
-constexpr bool head_dim_compiled(int bucket) {
-  switch (bucket) {
-#if defined(FLASHATTN_HDIM_32)
-    case 32:
-      return true;
-#endif
-#if defined(FLASHATTN_HDIM_64)
-    case 64:
-      return true;
-#endif
-#if defined(FLASHATTN_HDIM_96)
-    case 96:
-      return true;
-#endif
-#if defined(FLASHATTN_HDIM_128)
-    case 128:
-      return true;
-#endif
-#if defined(FLASHATTN_HDIM_160)
-    case 160:
-      return true;
-#endif
-#if defined(FLASHATTN_HDIM_192)
-    case 192:
-      return true;
-#endif
-#if defined(FLASHATTN_HDIM_224)
-    case 224:
-      return true;
-#endif
-#if defined(FLASHATTN_HDIM_256)
-    case 256:
-      return true;
-#endif
-    default:
-      return false;
-  }
-}
 
 }  // namespace flashattn::detail::cuda::sm80

@@ -6,8 +6,8 @@
 #include "cuda/common/launch.h"
 #include "cuda/sm80/kernel_traits.h"
 #include "cuda/sm80/launch.h"
-#include "cuda/sm80/switch.h"
-#include "cuda/sm80/tile_order.h"
+#include "cuda/attn/switch.h"
+#include "cuda/attn/tile_order.h"
 
 namespace flashattn::detail::cuda::sm80 {
 

@@ -24,7 +24,7 @@
 
 #include "common/host_device.h"
 
-namespace flashattn::detail::cuda::sm80 {
+namespace flashattn::detail::cuda::attn {
 
 struct TileCoord {
   int m_block = 0;   // query tile in its sequence
@@ -84,4 +84,4 @@ inline TileOrder masked_tile_order(int m_blocks, int head_seqs, int64_t kv_bytes
   return o;
 }
 
-}  // namespace flashattn::detail::cuda::sm80
+}  // namespace flashattn::detail::cuda::attn

@@ -10,10 +10,10 @@
 // that has seen no visible key yet has max -inf; it is offset by 0 instead, so exp2(-inf - 0) = 0 and
 // no -inf - -inf = NaN appears (ex2.approx.ftz(-inf) = +0).
 
+#include "cuda/attn/fragment_mask.cuh"
 #include "cuda/common/ptx.h"
-#include "cuda/sm80/mask.cuh"
 
-namespace flashattn::detail::cuda::sm80 {
+namespace flashattn::detail::cuda::attn {
 
 template <int kMFrags>
 struct OnlineSoftmax {
@@ -138,4 +138,4 @@ struct OnlineSoftmax {
   }
 };
 
-}  // namespace flashattn::detail::cuda::sm80
+}  // namespace flashattn::detail::cuda::attn

@@ -14,11 +14,11 @@
 
 #include <cstdint>
 
+#include "cuda/attn/bwd_args.h"
 #include "cuda/common/elem.cuh"
 #include "cuda/common/ptx.h"
-#include "cuda/sm80/args.h"
 
-namespace flashattn::detail::cuda::sm80 {
+namespace flashattn::detail::cuda::attn {
 
 inline constexpr int kPrepostThreads = 256;
 
@@ -72,4 +72,4 @@ __global__ void __launch_bounds__(kPrepostThreads) bwd_dq_convert_kernel(const _
   *reinterpret_cast<uint4*>(static_cast<T*>(p.dq.ptr) + row_offset(p, p.dq, row, h) + 8 * c) = packed;
 }
 
-}  // namespace flashattn::detail::cuda::sm80
+}  // namespace flashattn::detail::cuda::attn

@@ -10,12 +10,12 @@
 #include <string>
 #include <type_traits>
 
+#include "cuda/attn/head_dim.h"
 #include "cuda/common/dispatch.h"
-#include "cuda/sm80/kernel_traits.h"
 #include "flashattn/error.h"
 #include "flashattn/tensor.h"
 
-namespace flashattn::detail::cuda::sm80 {
+namespace flashattn::detail::cuda::attn {
 
 // Calls f(TypeTag<__half>{}) or f(TypeTag<__nv_bfloat16>{}).
 template <typename F>
@@ -80,4 +80,4 @@ void head_dim_switch(int bucket, F&& f) {
                                       " not compiled (supports_* should have refused it)");
 }
 
-}  // namespace flashattn::detail::cuda::sm80
+}  // namespace flashattn::detail::cuda::attn
