@@ -54,8 +54,9 @@ constexpr int key_warps(RowShape s) {
   return s == RowShape::small ? 4 : s == RowShape::wide ? 8 : s == RowShape::narrow ? 2 : 1;
 }
 
-// Head dims are padded to one of three buckets (the padding is zero-filled and never stored).
-constexpr int head_dim_bucket(int64_t head_dim) { return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256; }
+// The decode kernels are instantiated for three head dims, coarser than the tiled kernels' buckets of 32
+// (attn/head_dim.h): a call's head dim is padded to the next of them (zero-filled, never stored).
+constexpr int decode_head_dim(int64_t head_dim) { return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256; }
 
 template <int kHeadDim_, int kRowWarps_, int kKeyWarps_, bool kWgmma_ = false>
 struct DecodeTile {
