@@ -79,6 +79,15 @@ endforeach()
 function(flashattn_add_cuda_sources target)
   file(GLOB_RECURSE _fa_cuda_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/cuda/*.cu
        ${PROJECT_SOURCE_DIR}/src/cuda/*.cpp)
+  # The sm80 kernel instances: one forward and one backward file per compiled head-dim bucket, generated
+  # from src/cuda/sm80/{fwd,bwd}_hdim.cu.in (a pruned bucket has no file).
+  foreach(FLASHATTN_HDIM IN LISTS _fa_head_dims)
+    foreach(_fa_dir IN ITEMS fwd bwd)
+      set(_fa_instance ${PROJECT_BINARY_DIR}/generated/cuda/sm80/${_fa_dir}_hdim${FLASHATTN_HDIM}.cu)
+      configure_file(${PROJECT_SOURCE_DIR}/src/cuda/sm80/${_fa_dir}_hdim.cu.in ${_fa_instance} @ONLY)
+      list(APPEND _fa_cuda_sources ${_fa_instance})
+    endforeach()
+  endforeach()
   target_sources(${target} PRIVATE ${_fa_cuda_sources})
   target_compile_definitions(${target} PUBLIC FLASHATTN_WITH_CUDA=1 PRIVATE ${FLASHATTN_HEAD_DIM_DEFINITIONS})
   # The build holds sm_90a code (wgmma): the decode backend may pick its warpgroup kernels on sm_90.
