@@ -12,20 +12,12 @@
 #include "cuda/attn/bwd_args.h"
 #include "cuda/attn/score_args.h"
 #include "cuda/attn/tile_order.h"
+#include "cuda/sm80/debug.h"
 
 namespace flashattn::detail::cuda::sm80 {
 
 // The sm80 kernels are built on the shared attention pieces (src/cuda/attn/).
 using namespace attn;
-
-#if defined(FLASHATTN_SM80_TRACE)
-// Trace builds only (docs/kernels.md, "Tracing the forward's CTAs"): when and where each CTA ran.
-struct FwdCtaTrace {
-  uint32_t smid = 0;
-  int m_block = 0;                    // the query tile of the CTA's last work tile
-  uint64_t start_ns = 0, end_ns = 0;  // %globaltimer at the CTA's start and after its last store
-};
-#endif
 
 struct FwdArgs {
   FwdProblem p;
@@ -36,7 +28,7 @@ struct FwdArgs {
   bool general = true;      // the general instance (kernel_traits.h, fwd_general), chosen on the host
   TileOrder order;          // the order of the tile list (tile_order.h, launch_fwd); default: per head
 #if defined(FLASHATTN_SM80_TRACE)
-  FwdCtaTrace* trace = nullptr;  // one per CTA
+  FwdCtaTrace* trace = nullptr;  // one per CTA (debug.h)
 #endif
 };
 

@@ -11,11 +11,11 @@
 #include <utility>
 
 #include "api/backends.h"
-#include "common/env_switch.h"
 #include "cuda/common/alignment.h"
 #include "cuda/common/device_guard.h"
 #include "cuda/common/device_props.h"
 #include "cuda/common/launch.h"
+#include "cuda/sm80/debug.h"
 #include "cuda/sm80/kernel_traits.h"
 #include "cuda/sm80/launch.h"
 
@@ -31,6 +31,10 @@ using cuda::sm80::fwd_tile;
 
 using cuda::device_props;
 using cuda::DeviceProps;
+using cuda::sm80::bwd_tile_groups_disabled;
+using cuda::sm80::paired_fwd_disabled;
+using cuda::sm80::persistent_fwd_disabled;
+using cuda::sm80::tile_groups_disabled;
 
 std::string grid_reason(int64_t blocks, const char* what) {
   if (blocks <= cuda::kMaxGridX) return {};
@@ -66,32 +70,6 @@ std::string common_reason(const FwdProblem& p, int64_t smem) {
        {std::pair{p.q, "q"}, std::pair{p.k, "k"}, std::pair{p.v, "v"}, std::pair{p.out, "out"}})
     if (std::string r = cuda::unaligned16_reason(name, view, 2); !r.empty()) return r;
   return {};
-}
-
-// FLASHATTN_SM80_PAIRED_FWD=0 turns the paired forward tile off (read once per process): a benchmarking
-// switch, to measure both forward shapes on one device in one run (docs/kernels.md).
-bool paired_fwd_disabled() {
-  static const bool off = env_switch_off("FLASHATTN_SM80_PAIRED_FWD");
-  return off;
-}
-
-// FLASHATTN_SM80_PERSISTENT_FWD=0 keeps the forward's grid at one CTA per tile (read once per process): a
-// benchmarking switch, as above, for the persistent grid of fwd_kernel.cuh.
-bool persistent_fwd_disabled() {
-  static const bool off = env_switch_off("FLASHATTN_SM80_PERSISTENT_FWD");
-  return off;
-}
-
-// FLASHATTN_SM80_TILE_GROUPS=0 lists a masked call's tiles per head (tile_order.h), as before version 14
-// (forward) and 15 (backward); FLASHATTN_SM80_BWD_TILE_GROUPS=0 only the backward's (each read once per
-// process): benchmarking switches, as above.
-bool tile_groups_disabled() {
-  static const bool off = env_switch_off("FLASHATTN_SM80_TILE_GROUPS");
-  return off;
-}
-bool bwd_tile_groups_disabled() {
-  static const bool off = tile_groups_disabled() || env_switch_off("FLASHATTN_SM80_BWD_TILE_GROUPS");
-  return off;
 }
 
 // Whether the forward of `p` runs the general instance on its device (kernel_traits.h, fwd_general).

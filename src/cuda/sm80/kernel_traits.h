@@ -82,6 +82,28 @@ constexpr bool use_paired_fwd(int bucket, bool general, int cc_major, int64_t sm
          2 * (fwd_tile(bucket, general, true).smem_bytes() + 1024) <= smem_per_sm;
 }
 
+// The forward mainloop's code-shape knobs per bucket (fwd_mainloop.cuh), each on where it measured faster
+// in interleaved A/Bs on the H200 of the feature-free forwards (bench/NOTES.md has the runs):
+//   pin_lanes: ldmatrix addresses pinned per lane (smem_layout.h, LdsmAt): D = 96 +7.4% at S 1k,
+//     D = 256 +1.5-2.1% at S 512-4k, D = 64 +1.5% at 2k; D = 128 +1.3% at 512 but -1.4% at 4k,
+//     D = 192 -1.8%, D = 224 -1.6%, D = 160 +0.3%. At D = 32 they push the 128-key tile into 36-48
+//     bytes of spills on sm_90a.
+//   spread_v: V's copies issued between the k-steps of the first half of S = Q K^T instead of in one
+//     burst before it: D = 128 +0.9% at S 512 and +1.9% at 4k, D = 96 +1.1% at 4k (1.000 at 1k);
+//     D = 256 -0.8 to -1.9%, and D = 64 -7.5% (its 128-key tile then spills 68 bytes).
+//   exp_in_pv: P computed one k16 slice at a time inside P V, so the slice's exp2 overlap the previous
+//     slice's MMAs: D = 64 +4.7% (S 2k) and +4.2% (512), D = 192 +4.0% (4k), D = 160 +4.2% (2k), D = 32
+//     +1.9% (2k); D = 128 -2.8% (4k), D = 224 -4.8% (2k), D = 256 -0.5 to -2.0% (S 512-4k); at D = 96
+//     it spills 28 bytes. Feature-free only: with dropout the row sums must use the undropped P, so the
+//     general instance computes the whole tile's P first.
+struct FwdKnobs {
+  bool pin_lanes, spread_v, exp_in_pv;
+};
+constexpr FwdKnobs fwd_knobs(int bucket, bool general) {
+  return FwdKnobs{bucket == 64 || bucket == 96 || bucket == 256, bucket == 96 || bucket == 128,
+                  !general && (bucket == 32 || bucket == 64 || bucket == 160 || bucket == 192)};
+}
+
 // Shared memory a CTA may opt into (cudaDevAttrMaxSharedMemoryPerBlockOptin): 163 KB on sm_80 (A100),
 // 227 KB on sm_90 (H100, H200). sm_86/89 allow 99 KB, less than the backward's tiles need.
 inline constexpr int64_t kSm80SmemBytes = 163 * 1024;
@@ -220,6 +242,8 @@ constexpr bool valid(BwdTile t) {
   return t.block_n == 16 * t.warps && t.block_m % 32 == 0 && t.warps % t.dq_row_groups() == 0 &&
          t.head_dim % t.dq_col_groups() == 0 && t.dq_cols_per_warp() % 16 == 0;
 }
+// exp_in_pv folds P into the row sums before dropout could zero it: the general instance must not use it.
+constexpr bool valid(FwdKnobs k, bool general) { return !(general && k.exp_in_pv); }
 constexpr bool valid(DqTile t) {
   return t.head_dim % 32 == 0 && t.block_m == 16 * t.warps && t.block_n % 16 == 0 && t.smem_bytes() <= kSm80SmemBytes;
 }
@@ -227,7 +251,8 @@ constexpr bool valid(DqTile t) {
 constexpr bool all_tiles_valid() {
   for (int d : kHeadDimBuckets)
     if (!valid(fwd_tile(d, true)) || !valid(fwd_tile(d, false)) || !valid(fwd_tile(d, false, true)) ||
-        !valid(bwd_tile(d)) || !bwd_tile(d).tiled || !valid(bwd_rows_tile(d)) || !valid(dq_tile(d)))
+        !valid(bwd_tile(d)) || !bwd_tile(d).tiled || !valid(bwd_rows_tile(d)) || !valid(dq_tile(d)) ||
+        !valid(fwd_knobs(d, true), true) || !valid(fwd_knobs(d, false), false))
       return false;
   return true;
 }
