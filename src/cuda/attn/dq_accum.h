@@ -23,7 +23,7 @@ FA_HD int64_t global_q_row(const FwdProblem& p, int64_t b, const SeqRange& seq, 
 // MMA accumulator of one warp holds 8 rows x 8 dims per fragment half (lane = 4 * row + dim / 2), so one
 // 8-byte atomic per lane covers exactly one block, 256 contiguous bytes. With row-major rows of
 // heads * head_dim floats the same instruction touched 8 rows, 8 separate L1 requests, and the atomics
-// stalled the load/store queue ("lg throttle": 6-7% of the backward's stall samples, bench/NOTES.md v8).
+// stalled the load/store queue ("lg throttle": 6-7% of the backward's stall samples, bench/NOTES.md).
 // A query tile whose first global row is not a multiple of 8 (varlen) straddles two blocks per fragment
 // half: two segments, still contiguous. The buffer holds round_up(total rows, 8) rows.
 FA_HD int64_t dq_accum_offset(int64_t row, int64_t h, int64_t dim, int64_t heads, int64_t head_dim) {

@@ -25,7 +25,7 @@ struct ScoreArgs {
 // Each kernel is compiled twice: a general instance and one without dropout, softcap and ALiBi
 // (kGeneral = false), whose element-wise code is a scale, a mask compare and exp2. Most training calls
 // use none of the three, and the general code's registers and instructions cost the feature-free call
-// up to half its time (bench/NOTES.md, sm80 v3). Chosen on the host, per call.
+// up to half its time (bench/NOTES.md). Chosen on the host, per call.
 inline bool needs_general_kernel(const FwdProblem& p) {
   return p.dropout.p > 0.0f || p.score.softcap != 0.0f || p.score.alibi_slopes != nullptr;
 }

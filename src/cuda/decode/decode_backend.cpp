@@ -222,7 +222,7 @@ void run(const KVCacheProblem& p, Stream stream) {
 
   // The attention and the combine may launch while the kernel before them runs (programmatic dependent
   // launch, cuda/common/pdl.cuh): a decode step that appends its token, captured in a CUDA graph,
-  // measured 14% faster at batch 1 x 4k on the H200 (bench/NOTES.md, decode v8).
+  // measured 14% faster at batch 1 x 4k on the H200 (bench/NOTES.md).
   const bool appended = launch_append_rotary(p, q_rot, st);  // nothing to launch without new tokens and rotary
   if (rows == 0) return;
   KVCacheProblem pa = p;
@@ -231,7 +231,7 @@ void run(const KVCacheProblem& p, Stream stream) {
   // A streaming call is sized for one block per SM (split_heuristic.h). Its launch reserves more than
   // half of an SM's shared memory so that the block scheduler cannot put two of its blocks on one SM
   // while others idle; without the reservation it did so when the grid launched early behind the append
-  // kernel (programmatic dependent launch): batch 16 x 4k lost 4.4% (bench/NOTES.md, decode v8).
+  // kernel (programmatic dependent launch): batch 16 x 4k lost 4.4% (bench/NOTES.md).
   const size_t launch_smem =
       si.streaming ? std::max(ks.smem, std::min(facts.smem_per_sm / 2, facts.smem_per_block_optin)) : ks.smem;
   launch_attention(p.dtype, bucket, shape, pa, a, si.blocks * a.num_splits, launch_smem, appended, st);

@@ -26,7 +26,7 @@ struct FwdArgs {
   int num_tiles = 0;        // num_m_blocks * heads * batch: the work tiles of the grid (fwd_kernel.cuh)
   bool persistent = false;  // every tile costs the same: the grid may be smaller than the tile list
   bool general = true;      // the general instance (kernel_traits.h, fwd_general), chosen on the host
-  TileOrder order;          // the order of the tile list (tile_order.h, launch_fwd); default: per head
+  TileOrder order;          // the order of the tile list (attn/tile_order.h, launch_fwd); default: per head
 #if defined(FLASHATTN_SM80_TRACE)
   FwdCtaTrace* trace = nullptr;  // one per CTA (debug.h)
 #endif

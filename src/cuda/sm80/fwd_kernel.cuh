@@ -27,7 +27,7 @@
 // Tiles left of / right of the visible band of the CTA's rows are never visited; only tiles that
 // straddle a mask boundary (or the sequence end) run the element-wise mask (attn/tile_range.h).
 //
-// kGeneral = false (args.h, needs_general_fwd): no dropout, softcap or ALiBi, and a positive scale. The
+// kGeneral = false (attn/score_args.h, needs_general_fwd): no dropout, softcap or ALiBi, and a positive scale. The
 // scores stay raw dot products until the softmax, which folds the scale into exp2's FFMA; dropout and the
 // score transform are compiled out, and the tile may be larger (kernel_traits.h).
 

@@ -16,7 +16,7 @@
 
 namespace flashattn::detail::cuda::sm80 {
 
-// kGeneral: the instance for calls with dropout, softcap or ALiBi (args.h); kPaired: the tile two CTAs of
+// kGeneral: the instance for calls with dropout, softcap or ALiBi (attn/score_args.h); kPaired: the tile two CTAs of
 // which share an SM (kernel_traits.h). Both only change the tile.
 template <typename T, int kHeadDim, bool kGeneral, bool kPaired = false>
 struct FwdMainloop {

@@ -36,8 +36,8 @@ inline constexpr int kElemBytes = 2;
 // The feature-free instance (general = false) has the registers for larger tiles: 128 x 128 at D <= 64
 // (FlashAttention-2's tile; Q re-read from shared memory, as 128 keys with Q in registers spill) and
 // 64-key tiles at every D from 96 on (half the Q re-reads from shared memory per key, and half the
-// barriers). With the tile loads of version 7 (tile_copy.cuh) every one of them compiles without
-// spills on sm_90a; before, D = 224 at 64 keys and D = 64 at 128 keys spilled (numbers in docs/kernels.md).
+// barriers). With the row-step tile loads of tile_copy.cuh every one of them compiles without spills on
+// sm_90a (numbers in docs/kernels.md).
 struct FwdTile {
   int head_dim;
   int block_m, block_n;
@@ -51,14 +51,14 @@ struct FwdTile {
   constexpr int64_t smem_bytes() const { return int64_t(block_m + 2 * block_n) * head_dim * kElemBytes; }
 };
 
-// `general`: the instance that also handles dropout, softcap and ALiBi (args.h, needs_general_fwd). The
+// `general`: the instance that also handles dropout, softcap and ALiBi (attn/score_args.h, needs_general_fwd). The
 // feature-free instance needs fewer registers, which its larger tiles spend.
 // `paired` (feature-free, D >= 160; use_paired_fwd decides): 64 rows with 4 warps instead of 128 with 8,
 // the same warp tile (16 rows x 64 keys), so that two CTAs share an SM: while one waits at a barrier or
 // in the softmax the other issues MMAs. Nsight Compute put FlashAttention-2's D = 256 forward (this
 // shape, two CTAs per SM) at IPC 1.26 against 1.14 for 128 x 64 with 8 warps, on the same instruction
-// count (bench/NOTES.md, version 6). D = 192 and 224 spilled in this shape until version 7; since, the
-// pairing measured faster than 128 rows at every point of D = 192, 224 and 256 (version 7).
+// count (bench/NOTES.md). The pairing measured faster than 128 rows at every point of D = 192, 224 and
+// 256.
 constexpr bool has_paired_fwd(int bucket, bool general) { return !general && bucket >= 160; }
 constexpr FwdTile fwd_tile(int bucket, bool general = true, bool paired = false) {
   if (bucket <= 64) return FwdTile{bucket, 128, general ? 64 : 128, 4, 2, general};

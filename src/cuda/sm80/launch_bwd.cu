@@ -5,24 +5,24 @@
 
 #include <cstdint>
 
+#include "cuda/attn/bwd_prepost.cuh"
+#include "cuda/attn/switch.h"
+#include "cuda/attn/tile_order.h"
 #include "cuda/common/check.h"
 #include "cuda/common/launch.h"
 #include "cuda/common/workspace.h"
-#include "cuda/attn/bwd_prepost.cuh"
 #include "cuda/sm80/kernel_traits.h"
 #include "cuda/sm80/launch.h"
-#include "cuda/attn/switch.h"
-#include "cuda/attn/tile_order.h"
 
 namespace flashattn::detail::cuda::sm80 {
 
 namespace {
 
 // The tiled kernel's key-tile order. Masked key tiles differ in cost, so a masked call (not varlen, whose
-// costs vary with the sequences too) may take the forward's order (tile_order.h), sized by what a KV
+// costs vary with the sequences too) may take the forward's order (attn/tile_order.h), sized by what a KV
 // head's CTAs share in L2 (the Q and dO rows of its query heads and their fp32 dQ) and one CTA per SM (the
 // tiles take 114-209 KB of shared memory). Only where a KV head has at most half as many key tiles as the
-// device has SMs: measured on the H200 (bench/NOTES.md, sm80 version 15), causal backward +1-6% with 64 key
+// device has SMs: measured on the H200 (bench/NOTES.md), causal backward +1-6% with 64 key
 // tiles per head or fewer and 1-3% slower with 128 or more, where the per-head order already runs about
 // one head at a time on the whole device and the groups only add L2 traffic.
 TileOrder bwd_tile_order(const BwdProblem& p, const BwdTile& tile, int n_blocks, const DeviceFacts& device) {

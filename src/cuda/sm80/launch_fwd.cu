@@ -3,11 +3,11 @@
 #include <cmath>
 
 #include "common/philox.h"
+#include "cuda/attn/switch.h"
+#include "cuda/attn/tile_order.h"
 #include "cuda/common/launch.h"
 #include "cuda/sm80/kernel_traits.h"
 #include "cuda/sm80/launch.h"
-#include "cuda/attn/switch.h"
-#include "cuda/attn/tile_order.h"
 
 namespace flashattn::detail::cuda::sm80 {
 
