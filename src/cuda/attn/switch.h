@@ -1,11 +1,9 @@
 #pragma once
 
-// Runtime -> compile-time switches of the sm80 launch files, the only place where a runtime value
-// becomes a template argument: the storage dtype (f16 / bf16) and the head-dim bucket (only the buckets
-// of FLASHATTN_HEAD_DIMS are referenced, so pruned buckets are neither compiled nor linked).
-
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+// Runtime -> compile-time switch of the head-dim bucket for the launch files of the tiled kernels, the
+// only place where a head dim becomes a template argument (the dtype's is common/dispatch.h's
+// dispatch_dtype<false>): only the buckets of FLASHATTN_HEAD_DIMS are referenced, so pruned buckets are
+// neither compiled nor linked.
 
 #include <string>
 #include <type_traits>
@@ -16,22 +14,6 @@
 #include "flashattn/tensor.h"
 
 namespace flashattn::detail::cuda::attn {
-
-// Calls f(TypeTag<__half>{}) or f(TypeTag<__nv_bfloat16>{}).
-template <typename F>
-void dtype_switch(DType dt, F&& f) {
-  switch (dt) {
-    case DType::f16:
-      f(TypeTag<__half>{});
-      return;
-    case DType::bf16:
-      f(TypeTag<__nv_bfloat16>{});
-      return;
-    default:
-      throw Error(Status::internal, std::string("flashattn: cuda_sm80 dispatch: dtype ") + dtype_name(dt) +
-                                        " has no kernel (supports_* should have refused it)");
-  }
-}
 
 template <int kBucket, typename F>
 bool call_if_compiled(F& f) {
@@ -76,7 +58,7 @@ void head_dim_switch(int bucket, F&& f) {
       break;
   }
   if (!done)
-    throw Error(Status::internal, "flashattn: cuda_sm80 dispatch: head_dim bucket " + std::to_string(bucket) +
+    throw Error(Status::internal, "flashattn: CUDA kernel dispatch: head_dim bucket " + std::to_string(bucket) +
                                       " not compiled (supports_* should have refused it)");
 }
 

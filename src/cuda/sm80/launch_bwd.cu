@@ -52,7 +52,7 @@ void launch_bwd(const BwdProblem& p, int64_t smem_optin, const DeviceFacts& devi
   const size_t accum_bytes = atomics ? size_t(dq_accum_elems(p.total_q, p.heads, p.head_dim)) * sizeof(float) : 0;
   Workspace dq_accum(accum_bytes, stream);
   if (atomics) args.dq_accum = dq_accum.as<float>();
-  dtype_switch(p.dtype, [&](auto tag) {
+  dispatch_dtype<false>(p.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (rows > 0) {
       bwd_dsum_kernel<T>
