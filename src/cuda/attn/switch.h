@@ -7,6 +7,7 @@
 
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "cuda/attn/head_dim.h"
 #include "cuda/common/dispatch.h"
@@ -25,39 +26,17 @@ bool call_if_compiled(F& f) {
   }
 }
 
-// Calls f(std::integral_constant<int, bucket>{}) for a compiled head-dim bucket.
+// Calls f(std::integral_constant<int, kHeadDimBuckets[I]>{}) for the bucket equal to `bucket`, if compiled.
+template <typename F, size_t... I>
+bool call_bucket(int bucket, F& f, std::index_sequence<I...>) {
+  return ((bucket == kHeadDimBuckets[I] && call_if_compiled<kHeadDimBuckets[I]>(f)) || ...);
+}
+
+// Calls f(std::integral_constant<int, bucket>{}) for a compiled head-dim bucket (of kHeadDimBuckets).
 template <typename F>
 void head_dim_switch(int bucket, F&& f) {
-  bool done = false;
-  switch (bucket) {
-    case 32:
-      done = call_if_compiled<32>(f);
-      break;
-    case 64:
-      done = call_if_compiled<64>(f);
-      break;
-    case 96:
-      done = call_if_compiled<96>(f);
-      break;
-    case 128:
-      done = call_if_compiled<128>(f);
-      break;
-    case 160:
-      done = call_if_compiled<160>(f);
-      break;
-    case 192:
-      done = call_if_compiled<192>(f);
-      break;
-    case 224:
-      done = call_if_compiled<224>(f);
-      break;
-    case 256:
-      done = call_if_compiled<256>(f);
-      break;
-    default:
-      break;
-  }
-  if (!done)
+  constexpr size_t kBuckets = sizeof(kHeadDimBuckets) / sizeof(kHeadDimBuckets[0]);
+  if (!call_bucket(bucket, f, std::make_index_sequence<kBuckets>{}))
     throw Error(Status::internal, "flashattn: CUDA kernel dispatch: head_dim bucket " + std::to_string(bucket) +
                                       " not compiled (supports_* should have refused it)");
 }
