@@ -1,4 +1,4 @@
-"""List-scheduling model of the sm80 causal forward's tile order (src/cuda/sm80/tile_order.h).
+"""List-scheduling model of the sm80 causal forward's tile order (src/cuda/attn/tile_order.h).
 
 The hardware hands the next CTA of a grid to whichever CTA slot frees first (CTA traces confirm the
 order: docs/kernels.md, "Tracing the forward's CTAs"). With tiles of unequal cost (a causal mask: query

@@ -82,6 +82,24 @@ function(flashattn_add_cuda_sources target)
   # The Hopper kernels (src/cuda/sm90/*.cu) hold sm_90a instructions only: they are built for 90a alone, in
   # an object library of their own, and only when the arch list has 90a (below).
   list(FILTER _fa_cuda_sources EXCLUDE REGEX "/src/cuda/sm90/[^/]*\\.cu$")
+  # The sm80 kernel instances: one forward and one backward file per compiled head-dim bucket, generated
+  # from src/cuda/sm80/{fwd,bwd}_hdim.cu.in (a pruned bucket has no file).
+  set(_fa_instances "")
+  foreach(FLASHATTN_HDIM IN LISTS _fa_head_dims)
+    foreach(_fa_dir IN ITEMS fwd bwd)
+      set(_fa_instance ${PROJECT_BINARY_DIR}/generated/cuda/sm80/${_fa_dir}_hdim${FLASHATTN_HDIM}.cu)
+      configure_file(${PROJECT_SOURCE_DIR}/src/cuda/sm80/${_fa_dir}_hdim.cu.in ${_fa_instance} @ONLY)
+      list(APPEND _fa_instances ${_fa_instance})
+    endforeach()
+  endforeach()
+  # Files of buckets an earlier configure of this build tree had and this one pruned.
+  file(GLOB _fa_old_instances ${PROJECT_BINARY_DIR}/generated/cuda/sm80/*_hdim*.cu)
+  foreach(_fa_old IN LISTS _fa_old_instances)
+    if(NOT _fa_old IN_LIST _fa_instances)
+      file(REMOVE ${_fa_old})
+    endif()
+  endforeach()
+  list(APPEND _fa_cuda_sources ${_fa_instances})
   target_sources(${target} PRIVATE ${_fa_cuda_sources})
   target_compile_definitions(${target} PUBLIC FLASHATTN_WITH_CUDA=1 PRIVATE ${FLASHATTN_HEAD_DIM_DEFINITIONS})
   # The build holds sm_90a code (wgmma): the decode backend may pick its warpgroup kernels on sm_90.

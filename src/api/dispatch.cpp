@@ -88,6 +88,17 @@ std::string default_reason(const Backend& b, const Problem& p) {
   return why;
 }
 
+// The choice rule, written once for dispatch and query_backends: among the backends a call allows (every
+// registered one, or only the one options.backend names), the first in registry order that supports it.
+bool allowed(const Backend& b, const std::string& forced) { return forced.empty() || forced == b.name; }
+
+// Why `b` declines `p` in a call that names `forced` (or none): a named backend is judged on the call alone,
+// an unnamed one also by its opt-in (default_decline).
+template <typename Problem>
+std::string call_reason(const Backend& b, const Problem& p, const std::string& forced) {
+  return forced == b.name ? support_reason(b, p) : default_reason(b, p);
+}
+
 template <typename Problem>
 std::vector<BackendSupport> query(const Problem& p, const std::string& forced) {
   std::vector<BackendSupport> out;
@@ -96,40 +107,38 @@ std::vector<BackendSupport> query(const Problem& p, const std::string& forced) {
     BackendSupport s;
     s.name = b.name;
     s.device = b.device;
-    s.reason = forced == b.name ? support_reason(b, p) : default_reason(b, p);
+    s.reason = call_reason(b, p, forced);
     s.supported = s.reason.empty();
-    if (s.supported && !chosen && (forced.empty() || forced == b.name)) s.chosen = chosen = true;
+    if (s.supported && !chosen && allowed(b, forced)) s.chosen = chosen = true;
     out.push_back(std::move(s));
   }
   return out;
 }
 
+// Runs the choice; evaluates the backends in order only up to it.
 template <typename Problem>
 void dispatch(const Problem& p, const std::string& forced, Stream stream) {
   const char* verb = Direction<Problem>::verb;
-  if (!forced.empty()) {
-    for (const Backend& b : registry()) {
-      if (forced != b.name) continue;
-      std::string why = support_reason(b, p);
-      if (!why.empty())
-        throw Error(Status::unsupported, std::string("flashattn::") + verb + ": backend '" + forced +
-                                             "' does not support this call: " + why);
-      run_on(b, p, stream);
-      return;
-    }
-    std::string names;
-    for (const Backend& b : registry()) names += std::string(names.empty() ? "" : ", ") + b.name;
-    throw Error(Status::invalid_argument, std::string("flashattn::") + verb + ": options.backend: expected one of {" +
-                                              names + "}, got '" + forced + "'");
-  }
   std::string reasons;
+  bool named = forced.empty();
   for (const Backend& b : registry()) {
-    std::string why = default_reason(b, p);
+    if (!allowed(b, forced)) continue;
+    named = true;
+    std::string why = call_reason(b, p, forced);
     if (why.empty()) {
       run_on(b, p, stream);
       return;
     }
+    if (!forced.empty())
+      throw Error(Status::unsupported,
+                  std::string("flashattn::") + verb + ": backend '" + forced + "' does not support this call: " + why);
     reasons += std::string("\n  ") + b.name + ": " + why;
+  }
+  if (!named) {
+    std::string names;
+    for (const Backend& b : registry()) names += std::string(names.empty() ? "" : ", ") + b.name;
+    throw Error(Status::invalid_argument, std::string("flashattn::") + verb + ": options.backend: expected one of {" +
+                                              names + "}, got '" + forced + "'");
   }
   throw Error(Status::unsupported, std::string("flashattn::") + verb + ": no backend supports this call:" + reasons);
 }

@@ -18,12 +18,13 @@
 #include "common/philox.h"
 #include "common/score.h"
 #include "criterion.h"
+#include "cuda/attn/dropout_lanes.h"
+#include "cuda/attn/tile_order.h"
+#include "cuda/attn/tile_range.h"
+#include "cuda/common/alignment.h"
 #include "cuda/sm80/args.h"
-#include "cuda/sm80/dropout_lanes.h"
 #include "cuda/sm80/kernel_traits.h"
 #include "cuda/sm80/smem_layout.h"
-#include "cuda/sm80/tile_order.h"
-#include "cuda/sm80/tile_range.h"
 #include "gpu_test.h"
 #include "naive_lowp.h"
 #include "outputs_criterion.h"
@@ -41,6 +42,29 @@ namespace {
 namespace sm80 = flashattn::detail::cuda::sm80;
 using flashattn::detail::DropoutParams;
 using flashattn::detail::Mask;
+
+// ---------------------------------------------------------------------------------------------------
+// The 16-byte alignment check every CUDA backend uses (cuda/common/alignment.h)
+
+TEST(CudaAlignment, PointerAndEveryCheckedStrideMustBe16Bytes) {
+  namespace cuda = flashattn::detail::cuda;
+  alignas(16) static unsigned char buf[64];
+  flashattn::detail::RowsView v{buf, 64, 16, 8};  // elements of 2 bytes: 128, 32, 16 bytes
+  EXPECT_EQ(cuda::unaligned16_reason("q", v, 2), "");
+  EXPECT_TRUE(cuda::rows_aligned16(v, 2));
+  v.ptr = buf + 8;
+  EXPECT_EQ(cuda::unaligned16_reason("q", v, 2),
+            "q: data pointer not 16-byte aligned (the kernels load 16-byte chunks)");
+  v.ptr = buf;
+  v.row_stride = 12;
+  EXPECT_EQ(cuda::unaligned16_reason("k", v, 2), "k: row stride 12 is not a multiple of 8 elements (16 bytes)");
+  EXPECT_FALSE(cuda::rows_aligned16(v, 2));
+  EXPECT_TRUE(cuda::rows_aligned16(v, 4));  // 48 bytes with 4-byte elements
+  // A dimension of extent 1 is never stepped through when the caller says so.
+  EXPECT_EQ(cuda::unaligned16_reason("k", buf, 2, {{"row", 12, 1}, {"head", 8, 4}}), "");
+  EXPECT_EQ(cuda::unaligned16_reason("k", buf, 2, {{"row", 12, 2}}),
+            "k: row stride 12 is not a multiple of 8 elements (16 bytes)");
+}
 
 // ---------------------------------------------------------------------------------------------------
 // Shared-memory layout

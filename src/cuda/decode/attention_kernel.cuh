@@ -87,7 +87,7 @@ __device__ __forceinline__ void write_block_rows(const KVCacheProblem& p, const 
 
 // kPaged: the cache is paged (p.cache.block_table set). Separate instances keep each loop to its own
 // loader: with the paged paths in the same loop, the D = 64 contiguous row of the decode bench ran 10%
-// slower than before them; separated, 4% (bench/NOTES.md, decode v7).
+// slower than before them; separated, 4% (bench/NOTES.md).
 template <typename T, typename Tile, bool kPaged>
 __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
     decode_attention_kernel(const KVCacheProblem p, const DecodeArgs a) {

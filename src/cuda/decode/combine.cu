@@ -3,8 +3,8 @@
 // with programmatic dependent launch (cuda/common/pdl.cuh): the attention lets it launch once each of its
 // blocks has left the main loop, and its blocks wait for the attention grid to complete before they read
 // the partials. Measured on the H200 against the attention's last block combining the splits itself
-// behind a counter reset (bench/NOTES.md, decode v13): batch 1 x 4k 18.2 -> 17.2 us with the workspace
-// allocated per call as before, and no counters to zero.
+// behind a counter reset (bench/NOTES.md): batch 1 x 4k 18.2 -> 17.2 us with the workspace allocated
+// per call, and no counters to zero.
 #include <cuda_runtime.h>
 
 #include "cuda/common/check.h"

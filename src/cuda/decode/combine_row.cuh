@@ -9,11 +9,11 @@
 // (ld.global.cg): nothing of a partial may come from an L1 line filled before they were written.
 //
 // Loads are issued in batches before any of them is used: each is an L2 round trip, and one at a time
-// they made the combine ~20 us at batch 1 (bench/NOTES.md, decode v3). The split LSEs are read once into
+// they made the combine ~20 us at batch 1 (bench/NOTES.md). The split LSEs are read once into
 // registers (split s = lane + 32 k); each lane accumulates 4 dims (d = 4 lane + 128 k) with float4 loads,
 // a warp reading 512 contiguous bytes per split. The first batch of partials (the lane's first 4 dims of
 // splits 0..15) is requested together with the LSEs, not after the weights: with up to 16 splits at head
-// dims <= 128 a row is one round trip instead of three (bench/NOTES.md, decode v13).
+// dims <= 128 a row is one round trip instead of three (bench/NOTES.md).
 
 #include <cuda_runtime.h>
 

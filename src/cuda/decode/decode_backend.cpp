@@ -14,16 +14,16 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <map>
-#include <mutex>
 #include <numbers>
 #include <string>
 #include <utility>
 
 #include "api/backends.h"
 #include "common/env_switch.h"
+#include "cuda/common/alignment.h"
 #include "cuda/common/check.h"
 #include "cuda/common/device_guard.h"
+#include "cuda/common/device_props.h"
 #include "cuda/common/launch.h"
 #include "cuda/common/workspace.h"
 #include "cuda/decode/cache_rows.h"
@@ -65,7 +65,7 @@ namespace {
 // Largest cache position (and key index) the kernels handle in 32-bit arithmetic, with a tile of slack.
 constexpr int64_t kMaxPositions = (int64_t(1) << 31) - 129;
 
-// What the split heuristic and the pipeline depth need to know about a device, read once per device.
+// What the split heuristic and the pipeline depth need to know about a device.
 struct DeviceFacts {
   int sm_count = 0;
   size_t smem_per_block_optin = 0;
@@ -80,43 +80,34 @@ bool wgmma_disabled() {
   return off;
 }
 
-const DeviceFacts& device_facts(int device) {
-  static std::mutex mutex;
-  static std::map<int, DeviceFacts> facts;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = facts.find(device);
-  if (it == facts.end()) {
-    DeviceFacts f;
-    FA_CUDA_CHECK(cudaDeviceGetAttribute(&f.sm_count, cudaDevAttrMultiProcessorCount, device));
-    f.smem_per_block_optin = max_smem_optin(device);
-    int per_sm = 0;
-    FA_CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
-    f.smem_per_sm = size_t(per_sm);
-    // The warpgroup kernels hold wgmma code only in the sm_90a image, which runs on compute capability
-    // 9.0 exactly; FLASHATTN_SM90A says the build has that image (cmake/FlashattnCuda.cmake).
+DeviceFacts device_facts(int device) {
+  const DeviceProps& d = device_props(device);
+  if (d.status != cudaSuccess) throw_cuda_error(d.status, "cudaDeviceGetAttribute", __FILE__, __LINE__);
+  DeviceFacts f;
+  f.sm_count = d.sms;
+  f.smem_per_block_optin = size_t(d.smem_optin);
+  f.smem_per_sm = size_t(d.smem_per_sm);
+  // The warpgroup kernels hold wgmma code only in the sm_90a image, which runs on compute capability
+  // 9.0 exactly; FLASHATTN_SM90A says the build has that image (cmake/FlashattnCuda.cmake).
 #if defined(FLASHATTN_SM90A)
-    int major = 0, minor = 0;
-    FA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    FA_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-    f.wgmma = major == 9 && minor == 0 && !wgmma_disabled();
+  f.wgmma = d.major == 9 && d.minor == 0 && !wgmma_disabled();
 #endif
-    it = facts.emplace(device, f).first;  // std::map: the reference stays valid
-  }
-  return it->second;
+  return f;
 }
 
-// 16-byte aligned rows: the pointer and the stride of every dimension of extent > 1 (a size-1
-// dimension's stride is never used, and frameworks leave it arbitrary) are multiples of 16 bytes.
-bool aligned16(const void* ptr, std::initializer_list<std::pair<int64_t, int64_t>> extent_stride) {
-  if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return false;
-  for (const auto& [extent, stride] : extent_stride)
-    if (extent > 1 && (stride * 2) % 16 != 0) return false;
-  return true;
+// The kernels load 16-byte chunks; a stride of a dimension of extent 1 is never stepped through.
+std::string cache_alignment_reason(const char* name, const void* ptr, int64_t batch_stride, int64_t row_stride,
+                                   int64_t head_stride, const KVCacheProblem& p) {
+  const CacheView& c = p.cache;
+  return unaligned16_reason(name, ptr, 2,
+                            {{"batch", batch_stride, c.paged() ? c.num_blocks : c.batches},
+                             {"row", row_stride, c.paged() ? c.page_size : c.capacity},
+                             {"head", head_stride, p.heads_k}});
 }
-
-std::string alignment_reason(const char* name) {
-  return std::string(name) +
-         " is not 16-byte aligned (data pointer and batch/row/head strides must be multiples of 8 elements)";
+std::string rows_alignment_reason(const char* name, const RowsView& v, const KVCacheProblem& p) {
+  return unaligned16_reason(
+      name, v.ptr, 2,
+      {{"batch", v.batch_stride, p.batch}, {"row", v.row_stride, p.seqlen_q}, {"head", v.head_stride, p.heads}});
 }
 
 int64_t packed_rows(const KVCacheProblem& p) { return p.seqlen_q * p.group_size(); }
@@ -132,7 +123,7 @@ bool streaming_cache(const CacheView& c) {
 RowShape call_shape(const KVCacheProblem& p, const DeviceFacts& facts) {
   const int64_t rows = packed_rows(p);
   const bool small_streams = rows <= key_warps(RowShape::small) && streaming_cache(p.cache);
-  return decode_shape(rows, head_dim_bucket(p.head_dim), facts.smem_per_block_optin, small_streams, facts.wgmma);
+  return decode_shape(rows, decode_head_dim(p.head_dim), facts.smem_per_block_optin, small_streams, facts.wgmma);
 }
 
 std::string supports(const KVCacheProblem& p) {
@@ -141,19 +132,13 @@ std::string supports(const KVCacheProblem& p) {
   if (p.head_dim % 8 != 0 || p.head_dim > 256)
     return "head_dim " + std::to_string(p.head_dim) + " (multiples of 8 up to 256)";
   const CacheView& c = p.cache;
-  const int64_t cache_rows = c.paged() ? c.num_blocks : c.batches;
-  const int64_t row_extent = c.paged() ? c.page_size : c.capacity;
-  if (!aligned16(c.k, {{cache_rows, c.k_batch_stride}, {row_extent, c.k_row_stride}, {p.heads_k, c.k_head_stride}}))
-    return alignment_reason("k_cache");
-  if (!aligned16(c.v, {{cache_rows, c.v_batch_stride}, {row_extent, c.v_row_stride}, {p.heads_k, c.v_head_stride}}))
-    return alignment_reason("v_cache");
-  // With rotary the kernel reads the rotated copy of q (aligned workspace) instead of q itself.
-  if (p.rotary.cos == nullptr &&
-      !aligned16(p.q.ptr, {{p.batch, p.q.batch_stride}, {p.seqlen_q, p.q.row_stride}, {p.heads, p.q.head_stride}}))
-    return alignment_reason("q");
-  if (!aligned16(p.out.ptr,
-                 {{p.batch, p.out.batch_stride}, {p.seqlen_q, p.out.row_stride}, {p.heads, p.out.head_stride}}))
-    return alignment_reason("out");
+  for (const std::string& r :
+       {cache_alignment_reason("k_cache", c.k, c.k_batch_stride, c.k_row_stride, c.k_head_stride, p),
+        cache_alignment_reason("v_cache", c.v, c.v_batch_stride, c.v_row_stride, c.v_head_stride, p),
+        // With rotary the kernel reads the rotated copy of q (aligned workspace) instead of q itself.
+        p.rotary.cos == nullptr ? rows_alignment_reason("q", p.q, p) : std::string(),
+        rows_alignment_reason("out", p.out, p)})
+    if (!r.empty()) return r;
   if (c.capacity > kMaxPositions || c.page_size > kMaxPositions)
     return "cache capacity " + std::to_string(c.capacity) + " positions, page_size " + std::to_string(c.page_size) +
            " (each at most " + std::to_string(kMaxPositions) + ")";
@@ -164,10 +149,10 @@ std::string supports(const KVCacheProblem& p) {
   if (append_rows > kMaxPositions)
     return "batch * (seqlen_new * heads_k + seqlen_q * heads) = " + std::to_string(append_rows) +
            " rows to append or rotate (at most " + std::to_string(kMaxPositions) + ")";
-  const DeviceFacts& facts = device_facts(int(p.device.index));
+  const DeviceFacts facts = device_facts(int(p.device.index));
   const size_t limit = facts.smem_per_block_optin;
   const RowShape shape = call_shape(p, facts);
-  const size_t smem = decode_smem_bytes(head_dim_bucket(p.head_dim), shape);
+  const size_t smem = decode_smem_bytes(decode_head_dim(p.head_dim), shape);
   if (smem > limit)
     return "needs " + std::to_string(smem) + " bytes of shared memory per block, the device allows " +
            std::to_string(limit);
@@ -195,8 +180,8 @@ void run(const KVCacheProblem& p, Stream stream) {
   const int device = p.device.index;
   const bool rotary = p.rotary.cos != nullptr;
   const int64_t rows = packed_rows(p);
-  const int bucket = head_dim_bucket(p.head_dim);
-  const DeviceFacts& facts = device_facts(device);
+  const int bucket = decode_head_dim(p.head_dim);
+  const DeviceFacts facts = device_facts(device);
   const RowShape shape = call_shape(p, facts);
   const KernelShape ks = prepare_attention(p.dtype, bucket, shape, p.cache.paged(), device);
 
@@ -237,7 +222,7 @@ void run(const KVCacheProblem& p, Stream stream) {
 
   // The attention and the combine may launch while the kernel before them runs (programmatic dependent
   // launch, cuda/common/pdl.cuh): a decode step that appends its token, captured in a CUDA graph,
-  // measured 14% faster at batch 1 x 4k on the H200 (bench/NOTES.md, decode v8).
+  // measured 14% faster at batch 1 x 4k on the H200 (bench/NOTES.md).
   const bool appended = launch_append_rotary(p, q_rot, st);  // nothing to launch without new tokens and rotary
   if (rows == 0) return;
   KVCacheProblem pa = p;
@@ -246,7 +231,7 @@ void run(const KVCacheProblem& p, Stream stream) {
   // A streaming call is sized for one block per SM (split_heuristic.h). Its launch reserves more than
   // half of an SM's shared memory so that the block scheduler cannot put two of its blocks on one SM
   // while others idle; without the reservation it did so when the grid launched early behind the append
-  // kernel (programmatic dependent launch): batch 16 x 4k lost 4.4% (bench/NOTES.md, decode v8).
+  // kernel (programmatic dependent launch): batch 16 x 4k lost 4.4% (bench/NOTES.md).
   const size_t launch_smem =
       si.streaming ? std::max(ks.smem, std::min(facts.smem_per_sm / 2, facts.smem_per_block_optin)) : ks.smem;
   launch_attention(p.dtype, bucket, shape, pa, a, si.blocks * a.num_splits, launch_smem, appended, st);

@@ -23,10 +23,10 @@
 //   warpgroup (4 x 1, sm_90a): 33 or more rows at head dims <= 128 on an sm_90 device: one warpgroup of
 //                   64 rows whose S = Q K^T and O += P V are wgmma instructions (cuda/common/wgmma.cuh),
 //                   more rows taking several row tiles. With mma.sync, calls of 64 and 128 rows take time
-//                   in proportion to their MMAs, not their bytes (bench/NOTES.md, decode v10); wgmma
+//                   in proportion to their MMAs, not their bytes (bench/NOTES.md); wgmma
 //                   issues the same products at a higher rate and reads K and V from shared memory once
-//                   per warpgroup instead of once per warp (1.04-1.40x faster calls on the H200, decode
-//                   v11). Its tiles are stored in 64-element panels (tile_offset, tile_loader.cuh), the
+//                   per warpgroup instead of once per warp (1.04-1.40x faster calls on the H200,
+//                   bench/NOTES.md). Its tiles are stored in 64-element panels (tile_offset, tile_loader.cuh), the
 //                   layout wgmma's 128-byte swizzle reads.
 // This header is plain C++: the host reads the same constants to size shared memory and workspaces.
 
@@ -54,8 +54,9 @@ constexpr int key_warps(RowShape s) {
   return s == RowShape::small ? 4 : s == RowShape::wide ? 8 : s == RowShape::narrow ? 2 : 1;
 }
 
-// Head dims are padded to one of three buckets (the padding is zero-filled and never stored).
-constexpr int head_dim_bucket(int64_t head_dim) { return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256; }
+// The decode kernels are instantiated for three head dims, coarser than the tiled kernels' buckets of 32
+// (attn/head_dim.h): a call's head dim is padded to the next of them (zero-filled, never stored).
+constexpr int decode_head_dim(int64_t head_dim) { return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256; }
 
 template <int kHeadDim_, int kRowWarps_, int kKeyWarps_, bool kWgmma_ = false>
 struct DecodeTile {
@@ -151,7 +152,7 @@ constexpr size_t decode_smem_bytes(int bucket, RowShape s) {
 // warp from a contiguous cache or large pages, split_heuristic.h) and the wide one's shared memory fits
 // the device (`smem_limit`, the per-block opt-in: an A100's 163 KB holds it at head dim 64 only). Wide
 // at head dim 256 would need 3 x 128 KB tiles. Measured on the H200 against the small shape
-// (bench/NOTES.md, decode v9): page 16 1.02-1.06x except batch 64 x 4k (0.98x), group 8 1.03-1.22x,
+// (bench/NOTES.md): page 16 1.02-1.06x except batch 64 x 4k (0.98x), group 8 1.03-1.22x,
 // but contiguous group-4 calls 0.985-0.999x, which keep the small shape.
 //
 // `wgmma`: the device runs the library's sm_90a kernels; then more than 32 rows at head dims <= 128 take

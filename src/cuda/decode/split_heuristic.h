@@ -36,7 +36,7 @@ struct SplitInputs {
 //    497 with 2 splits): with pages smaller than a tile, one small block per SM does not keep enough
 //    distinct pages in flight. Those calls take the wide shape (decode_tile.h: twice the warps, one block
 //    per SM by its shared memory), which streams them at one block per SM within 2-4% of contiguous.
-//    Measured on the H200, bench/NOTES.md, decode versions 6, 7 and 9.
+//    Measured on the H200 (bench/NOTES.md).
 int choose_num_splits(const SplitInputs& in);
 
 // The smallest page size at which a compact paged call counts as streaming (above). Sizes between 16

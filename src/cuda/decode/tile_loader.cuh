@@ -80,7 +80,7 @@ struct TileRows {
 // tile and thread (D = 128, 4 warps, SASS): the per-row way ~100 instructions for the entries and ~290
 // for the copies (~145 with one offset for K and V), the shuffled way ~20 and ~150, the contiguous
 // loader ~150; with one block per SM a warp alone on its scheduler issues all of them between its tiles
-// (bench/NOTES.md, decode v7).
+// (bench/NOTES.md).
 template <typename Tile>
 struct PageEntries {
   static constexpr int kRowsPerWarpPass = 32 / Tile::kChunks;
@@ -146,7 +146,7 @@ __device__ __forceinline__ void fetch_page_entries(const CacheRows& rows, int le
 // A contiguous cache holds the rows of one (sequence, kv head) at a fixed stride: a pass adds a
 // constant to the source pointers. Computing each row's address from its position instead (64-bit
 // multiplies, the paged test) cost ~90 instructions per pass (SASS); without it the kernel issues half
-// the instructions at batch 64 x 32k (Nsight Compute, bench/NOTES.md decode v5). A paged row adds its
+// the instructions at batch 64 x 32k (Nsight Compute, bench/NOTES.md). A paged row adds its
 // page and row offsets (its division by the page size was done with its entry read) to per-thread base
 // pointers that already hold the head and chunk offsets; with compact paging (cache_rows.h) the lane of
 // the row's slot computed its byte offset, the same for K and V, and two shuffles bring it over.

@@ -14,14 +14,15 @@
 #include <cstdint>
 
 #include "common/score.h"
+#include "cuda/attn/score_args.h"
 #include "cuda/common/ptx.h"
 #include "cuda/decode/decode_tile.h"
 #include "cuda/decode/tile_loader.cuh"
 
 namespace flashattn::detail::cuda::decode {
 
-inline constexpr float kLog2e = 1.4426950408889634f;
-inline constexpr float kLn2 = 0.6931471805599453f;
+using attn::kLn2;
+using attn::kLog2e;
 
 // What this thread needs about its two rows to turn a dot product into a masked base-2 logit.
 struct RowSlots {

@@ -45,8 +45,8 @@ BwdArgs make_bwd_args(const BwdProblem& p, const SimtTile& tile) {
   BwdArgs a;
   a.common = make_simt_args(p, tile.rows);
   a.key_tiles = ceil_div(p.seqlen_k, tile.rows);
-  a.q_vec16 = rows_16b_aligned(p.q, p.dtype);
-  a.dout_vec16 = rows_16b_aligned(p.dout, p.dtype);
+  a.q_vec16 = rows_aligned16(p.q, dtype_size(p.dtype));
+  a.dout_vec16 = rows_aligned16(p.dout, dtype_size(p.dtype));
   return a;
 }
 

@@ -21,19 +21,12 @@ std::string grid_support(int64_t blocks, const char* what) {
   return {};
 }
 
-bool rows_16b_aligned(const RowsView& v, DType dtype) {
-  const int64_t elem = dtype_size(dtype);
-  const auto aligned = [elem](int64_t stride) { return (stride * elem) % 16 == 0; };
-  return reinterpret_cast<uintptr_t>(v.ptr) % 16 == 0 && aligned(v.batch_stride) && aligned(v.row_stride) &&
-         aligned(v.head_stride);
-}
-
 SimtArgs make_simt_args(const FwdProblem& p, int rows_per_tile) {
   SimtArgs a;
   a.q_tiles = ceil_div(p.seqlen_q, rows_per_tile);
   a.group = p.group_size();
-  a.k_vec16 = rows_16b_aligned(p.k, p.dtype);
-  a.v_vec16 = rows_16b_aligned(p.v, p.dtype);
+  a.k_vec16 = rows_aligned16(p.k, dtype_size(p.dtype));
+  a.v_vec16 = rows_aligned16(p.v, dtype_size(p.dtype));
   a.dropout = p.dropout.p > 0.0f;
   if (a.dropout) {
     a.drop_threshold = dropout_threshold(p.dropout.p);

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "api/problem.h"
+#include "cuda/common/alignment.h"
 #include "cuda/ladder/simt_tile.h"
 #include "flashattn/error.h"
 #include "flashattn/params.h"
@@ -21,9 +22,6 @@ std::string common_fwd_support(const FwdProblem& p);
 
 // Reason when a 1-D grid of `blocks` blocks exceeds gridDim.x (empty when it fits).
 std::string grid_support(int64_t blocks, const char* what);
-
-// True when every row of `v` starts on a 16-byte boundary, so a kernel may load it in 16-byte vectors.
-bool rows_16b_aligned(const RowsView& v, DType dtype);
 
 // Arguments of the SIMT kernels derived once per call on the host.
 struct SimtArgs {

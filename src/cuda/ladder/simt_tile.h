@@ -15,6 +15,8 @@
 
 #include <cstdint>
 
+#include "cuda/attn/head_dim.h"
+
 namespace flashattn::detail::cuda::ladder {
 
 inline constexpr int kSimtThreads = 128;
@@ -25,11 +27,9 @@ inline constexpr int kSimtMinBlocks = 2;
 // Keys scored per online-softmax step: the chunk's scores live in registers, and the running max and
 // the accumulator are rescaled once per chunk instead of once per key.
 inline constexpr int kKeyChunk = 16;
-inline constexpr int kMaxHeadDim = 256;
-
-// Head dims are compiled in buckets of 32 (32, 64, ..., 256); a head dim d runs in the smallest bucket
-// >= d with the dims beyond d zero-filled.
-constexpr int head_dim_bucket(int64_t head_dim) { return head_dim <= 32 ? 32 : int((head_dim + 31) / 32) * 32; }
+// Head dims are compiled in the buckets of attn/head_dim.h.
+using attn::head_dim_bucket;
+using attn::kMaxHeadDim;
 
 struct SimtTile {
   int head_dim;  // the bucket

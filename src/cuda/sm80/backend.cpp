@@ -7,15 +7,15 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
-#include <map>
-#include <mutex>
 #include <string>
 #include <utility>
 
 #include "api/backends.h"
-#include "common/env_switch.h"
+#include "cuda/common/alignment.h"
 #include "cuda/common/device_guard.h"
+#include "cuda/common/device_props.h"
 #include "cuda/common/launch.h"
+#include "cuda/sm80/debug.h"
 #include "cuda/sm80/kernel_traits.h"
 #include "cuda/sm80/launch.h"
 
@@ -23,60 +23,18 @@ namespace flashattn::detail {
 
 namespace {
 
+using cuda::attn::head_dim_bucket;
+using cuda::attn::head_dim_compiled;
 using cuda::sm80::bwd_tile_for;
 using cuda::sm80::dq_tile;
 using cuda::sm80::fwd_tile;
-using cuda::sm80::head_dim_bucket;
-using cuda::sm80::head_dim_compiled;
 
-// What supports_* needs to know about a device, read once per device.
-struct DeviceProps {
-  std::string error;  // non-empty when the attributes could not be read
-  int major = 0, minor = 0;
-  int64_t smem_optin = 0;
-  int64_t smem_per_sm = 0;
-  int64_t l2_bytes = 0;
-  int sms = 0;
-};
-
-const DeviceProps& device_props(int device) {
-  static std::mutex mutex;
-  static std::map<int, DeviceProps> cache;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = cache.find(device);
-  if (it != cache.end()) return it->second;
-  DeviceProps d;
-  int smem = 0, smem_sm = 0, l2 = 0;
-  cudaError_t err = cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&d.minor, cudaDevAttrComputeCapabilityMinor, device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, device);
-  if (err != cudaSuccess) {
-    cudaGetLastError();  // not sticky: clear it so the caller's next CUDA call does not see it
-    d.error = std::string("cannot query cuda:") + std::to_string(device) + ": " + cudaGetErrorString(err);
-  }
-  d.smem_optin = smem;
-  d.smem_per_sm = smem_sm;
-  d.l2_bytes = l2;
-  return cache.emplace(device, d).first->second;
-}
-
-// The sm80 kernels move 16-byte chunks: every row of every tensor must start 16-byte aligned.
-std::string alignment_reason(const RowsView& v, const char* name) {
-  if (reinterpret_cast<uintptr_t>(v.ptr) % 16 != 0)
-    return std::string(name) + ": data pointer not 16-byte aligned (the kernels load 16-byte chunks)";
-  const auto check = [&](int64_t stride, const char* what) -> std::string {
-    if (stride % 8 == 0) return {};
-    return std::string(name) + ": " + what + " stride " + std::to_string(stride) +
-           " is not a multiple of 8 elements (16 bytes)";
-  };
-  for (const std::string& r :
-       {check(v.batch_stride, "batch"), check(v.row_stride, "row"), check(v.head_stride, "head")})
-    if (!r.empty()) return r;
-  return {};
-}
+using cuda::device_props;
+using cuda::DeviceProps;
+using cuda::sm80::bwd_tile_groups_disabled;
+using cuda::sm80::paired_fwd_disabled;
+using cuda::sm80::persistent_fwd_disabled;
+using cuda::sm80::tile_groups_disabled;
 
 std::string grid_reason(int64_t blocks, const char* what) {
   if (blocks <= cuda::kMaxGridX) return {};
@@ -100,7 +58,7 @@ std::string common_reason(const FwdProblem& p, int64_t smem) {
     return "needs compute capability >= 8.0, cuda:" + std::to_string(p.device.index) + " is " +
            std::to_string(d.major) + "." + std::to_string(d.minor);
   const int bucket = head_dim_bucket(p.head_dim);
-  if (p.head_dim > cuda::sm80::kMaxHeadDim || p.head_dim % 8 != 0)
+  if (p.head_dim > cuda::attn::kMaxHeadDim || p.head_dim % 8 != 0)
     return "head_dim " + std::to_string(p.head_dim) + " (a multiple of 8 up to 256)";
   if (!head_dim_compiled(bucket))
     return "head_dim bucket " + std::to_string(bucket) + " not compiled (FLASHATTN_HEAD_DIMS)";
@@ -110,34 +68,8 @@ std::string common_reason(const FwdProblem& p, int64_t smem) {
   if (std::string r = smem_reason(d, smem, "this head dim", p.device.index); !r.empty()) return r;
   for (const auto& [view, name] :
        {std::pair{p.q, "q"}, std::pair{p.k, "k"}, std::pair{p.v, "v"}, std::pair{p.out, "out"}})
-    if (std::string r = alignment_reason(view, name); !r.empty()) return r;
+    if (std::string r = cuda::unaligned16_reason(name, view, 2); !r.empty()) return r;
   return {};
-}
-
-// FLASHATTN_SM80_PAIRED_FWD=0 turns the paired forward tile off (read once per process): a benchmarking
-// switch, to measure both forward shapes on one device in one run (docs/kernels.md).
-bool paired_fwd_disabled() {
-  static const bool off = env_switch_off("FLASHATTN_SM80_PAIRED_FWD");
-  return off;
-}
-
-// FLASHATTN_SM80_PERSISTENT_FWD=0 keeps the forward's grid at one CTA per tile (read once per process): a
-// benchmarking switch, as above, for the persistent grid of fwd_kernel.cuh.
-bool persistent_fwd_disabled() {
-  static const bool off = env_switch_off("FLASHATTN_SM80_PERSISTENT_FWD");
-  return off;
-}
-
-// FLASHATTN_SM80_TILE_GROUPS=0 lists a masked call's tiles per head (tile_order.h), as before version 14
-// (forward) and 15 (backward); FLASHATTN_SM80_BWD_TILE_GROUPS=0 only the backward's (each read once per
-// process): benchmarking switches, as above.
-bool tile_groups_disabled() {
-  static const bool off = env_switch_off("FLASHATTN_SM80_TILE_GROUPS");
-  return off;
-}
-bool bwd_tile_groups_disabled() {
-  static const bool off = tile_groups_disabled() || env_switch_off("FLASHATTN_SM80_BWD_TILE_GROUPS");
-  return off;
 }
 
 // Whether the forward of `p` runs the general instance on its device (kernel_traits.h, fwd_general).
@@ -174,7 +106,7 @@ std::string supports_bwd(const BwdProblem& p) {
   if (std::string r = common_reason(p, smem); !r.empty()) return r;
   for (const auto& [view, name] :
        {std::pair{p.dout, "dout"}, std::pair{p.dq, "dq"}, std::pair{p.dk, "dk"}, std::pair{p.dv, "dv"}})
-    if (std::string r = alignment_reason(view, name); !r.empty()) return r;
+    if (std::string r = cuda::unaligned16_reason(name, view, 2); !r.empty()) return r;
   const int64_t rows = p.total_q * p.heads;
   for (const std::string& r :
        {grid_reason(cuda::ceil_div(p.seqlen_k, tile.block_n) * p.heads_k * p.batch, "the backward"),

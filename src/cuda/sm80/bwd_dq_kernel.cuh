@@ -14,17 +14,17 @@
 #include <cstdint>
 
 #include "common/score.h"
+#include "cuda/attn/dropout.cuh"
+#include "cuda/attn/fragment_mask.cuh"
+#include "cuda/attn/tile_range.h"
 #include "cuda/common/check.h"
 #include "cuda/common/launch.h"
 #include "cuda/common/ptx.h"
 #include "cuda/sm80/args.h"
-#include "cuda/sm80/dropout.cuh"
 #include "cuda/sm80/fragments.cuh"
 #include "cuda/sm80/kernel_traits.h"
-#include "cuda/sm80/mask.cuh"
 #include "cuda/sm80/smem_layout.h"
 #include "cuda/sm80/tile_copy.cuh"
-#include "cuda/sm80/tile_range.h"
 
 namespace flashattn::detail::cuda::sm80 {
 
@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(DqShape<T, kHeadDim>::kThreads, 1)
     Shape::rows_by_keys(s, sq_addr, sk_addr, lanes, warp);
     Shape::rows_by_keys(dp, sdo_addr, sv_addr, lanes, warp);
 
-    // Element (f, e): query warp_row0 + g + 8 (e / 2), key key0 + 8 f + 2 t + e % 2 (mask.cuh).
+    // Element (f, e): query warp_row0 + g + 8 (e / 2), key key0 + 8 f + 2 t + e % 2 (attn/fragment_mask.cuh).
     const int64_t key0 = int64_t(n) * kBlockN;
     const bool needs_mask = !tile_fully_visible(mask, m0, m0 + valid_rows - 1, key0, key0 + kBlockN - 1);
     RelRange vis[2];

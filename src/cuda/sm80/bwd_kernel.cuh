@@ -19,17 +19,17 @@
 #include <cstdint>
 
 #include "common/score.h"
+#include "cuda/attn/dropout.cuh"
+#include "cuda/attn/fragment_mask.cuh"
+#include "cuda/attn/tile_range.h"
 #include "cuda/common/check.h"
 #include "cuda/common/launch.h"
 #include "cuda/common/ptx.h"
 #include "cuda/sm80/args.h"
 #include "cuda/sm80/bwd_mainloop.cuh"
 #include "cuda/sm80/bwd_tiled_kernel.cuh"
-#include "cuda/sm80/dropout.cuh"
 #include "cuda/sm80/fragments.cuh"
-#include "cuda/sm80/mask.cuh"
 #include "cuda/sm80/tile_copy.cuh"
-#include "cuda/sm80/tile_range.h"
 
 namespace flashattn::detail::cuda::sm80 {
 
@@ -147,7 +147,7 @@ __global__ void __launch_bounds__(BwdMainloop<T, kHeadDim, kPass>::kThreads, 1)
       Main::keys_by_queries(dp, sv_addr, sdo_addr, lanes, warp);
     }
 
-    // Element (f, e): key warp_key0 + g + 8 (e / 2), query m0 + 8 f + 2 t + e % 2 (mask.cuh). Padding
+    // Element (f, e): key warp_key0 + g + 8 (e / 2), query m0 + 8 f + 2 t + e % 2 (attn/fragment_mask.cuh). Padding
     // query rows (>= sq) are masked too: their LSE was zero-filled, so P must not be trusted there.
     const bool needs_mask = valid_q < kBlockM || !tile_fully_visible(mask, m0, m0 + kBlockM - 1, n0, n0 + kBlockN - 1);
     if constexpr (!kGeneral) {

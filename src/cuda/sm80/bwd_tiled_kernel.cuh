@@ -22,16 +22,16 @@
 #include <type_traits>
 
 #include "common/score.h"
+#include "cuda/attn/dropout.cuh"
+#include "cuda/attn/fragment_mask.cuh"
+#include "cuda/attn/tile_range.h"
 #include "cuda/common/check.h"
 #include "cuda/common/launch.h"
 #include "cuda/common/ptx.h"
 #include "cuda/sm80/args.h"
 #include "cuda/sm80/bwd_tiled_mainloop.cuh"
-#include "cuda/sm80/dropout.cuh"
 #include "cuda/sm80/fragments.cuh"
-#include "cuda/sm80/mask.cuh"
 #include "cuda/sm80/tile_copy.cuh"
-#include "cuda/sm80/tile_range.h"
 
 namespace flashattn::detail::cuda::sm80 {
 
@@ -179,7 +179,7 @@ __global__ void __launch_bounds__(BwdTiled<T, kHeadDim, kGeneral>::kThreads, 1)
 
     // Phase 1, per group of kChunkMF 16-row fragments of the warp tile (registers: bwd_tiled_mainloop.cuh).
     // Element (mf, f, e): query m0 + row0 + 16 mf + g + 8 (e / 2), key warp_key0 + 8 f + 2 t + e % 2
-    // (row-major, mask.cuh). Padding query rows (>= sq) are masked too: their LSE was zero-filled, so P
+    // (row-major, attn/fragment_mask.cuh). Padding query rows (>= sq) are masked too: their LSE was zero-filled, so P
     // must not be trusted there; padding keys (>= sk) are outside every row's visible range.
     const bool needs_mask =
         valid_q < kBlockM || !tile_fully_visible(mask(), m0, m0 + kBlockM - 1, n0, n0 + kBlockN - 1);
@@ -292,7 +292,7 @@ __global__ void __launch_bounds__(BwdTiled<T, kHeadDim, kGeneral>::kThreads, 1)
             for (int half = 0; half < 2; ++half) {
               const int row = row0 + 16 * mf + g + 8 * half;
               if (kGuarded && row >= valid_q) continue;
-              // Fragment f's 8 columns are the next 8-column block of dq_accum's layout (args.h), 64
+              // Fragment f's 8 columns are the next 8-column block of dq_accum's layout (attn/dq_accum.h), 64
               // floats further; the 32 lanes of one atomic cover one block (two when the tile's first
               // global row is not a multiple of 8).
               float* dst = args.dq_accum + dq_accum_offset(q_row0 + row, h, dq_d0 + 2 * t, p.heads, p.head_dim);

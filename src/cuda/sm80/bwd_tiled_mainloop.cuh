@@ -37,7 +37,7 @@ struct BwdTiled {
   static constexpr int kDqM = kTile.dq_tile_rows(), kDqD = kTile.dq_tile_cols();
   // Phases 1 and 3 work on this many 16-row fragments of their warp tile at a time (rolled loops over
   // the groups): two where registers allow (each B fragment then feeds two MMAs, and the group's
-  // addressing and row statistics are paid once), else one. With version 7's tile loads two compile
+  // addressing and row statistics are paid once), else one. With tile_copy.cuh's loads two compile
   // without spills on sm_90a everywhere but the general instance at D = 128 (60 bytes) and D = 256 (72
   // bytes feature-free, 12 general); at D = 160 and 224 every warp tile is one fragment tall anyway.
   static constexpr bool kPairs = !(kHeadDim == 256 || (kGeneral && kHeadDim == 128));
@@ -45,7 +45,7 @@ struct BwdTiled {
   // reloads the B operands (K, V), so two groups of 32 rows issued 16 more ldmatrix per warp-step, and the
   // D = 64 backward stalled on the shared-memory queue (MIO throttle 12% of the samples, FA2 5%). On
   // sm_90a it spills 44 bytes (loop invariants reloaded once per step) and measured 2-5% faster than two
-  // groups over the D = 64 sweep (bench/NOTES.md, version 8). The sm_80 build spills 136 bytes inside the
+  // groups over the D = 64 sweep (bench/NOTES.md). The sm_80 build spills 136 bytes inside the
   // loop with it and could not be measured (no A100 here), so it keeps two groups.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   static constexpr bool kWholeSdpTile = false;

@@ -9,14 +9,14 @@
 //               tile's rows. The four lanes of a quad hold the same row; they transpose their words of four
 //               n8 fragments with register shuffles, after which each lane holds 16 contiguous bytes.
 // Storing each lane's 4-byte pairs directly (8 rows x 16 bytes per warp store, half of every sector)
-// measured 5-19% slower than the staged stores at D = 64 on the H200 (bench/NOTES.md, sm80 version 12).
+// measured 5-19% slower than the staged stores at D = 64 on the H200 (bench/NOTES.md).
 
 #include <cstdint>
 
+#include "cuda/attn/softmax.cuh"
 #include "cuda/common/ptx.h"
 #include "cuda/sm80/fragments.cuh"
 #include "cuda/sm80/fwd_mainloop.cuh"
-#include "cuda/sm80/softmax.cuh"
 #include "cuda/sm80/tile_copy.cuh"
 
 namespace flashattn::detail::cuda::sm80 {

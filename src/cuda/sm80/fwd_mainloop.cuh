@@ -16,7 +16,7 @@
 
 namespace flashattn::detail::cuda::sm80 {
 
-// kGeneral: the instance for calls with dropout, softcap or ALiBi (args.h); kPaired: the tile two CTAs of
+// kGeneral: the instance for calls with dropout, softcap or ALiBi (attn/score_args.h); kPaired: the tile two CTAs of
 // which share an SM (kernel_traits.h). Both only change the tile.
 template <typename T, int kHeadDim, bool kGeneral, bool kPaired = false>
 struct FwdMainloop {
@@ -49,11 +49,9 @@ struct FwdMainloop {
 
   // This lane's ldmatrix addresses into the three tiles (smem_layout.h, fragments.cuh); q's rows count from
   // the warp's first row.
-  // Pinned addresses (smem_layout.h, LdsmAt) where they measured faster: interleaved A/B on the H200 of the
-  // feature-free forwards (bench/NOTES.md, version 9): D = 96 +7.4% at S 1k, D = 256 +1.5-2.1% at S 512-4k,
-  // D = 64 +1.5% at 2k; D = 128 +1.3% at 512 but -1.4% at 4k, D = 192 -1.8%, D = 224 -1.6%, D = 160 +0.3%.
-  // At D = 32 they push the 128-key tile into 36-48 bytes of spills on sm_90a.
-  static constexpr bool kPinLanes = kHeadDim == 64 || kHeadDim == 96 || kHeadDim == 256;
+  // The code-shape knobs of this bucket (kernel_traits.h, fwd_knobs).
+  static constexpr FwdKnobs kKnobs = fwd_knobs(kHeadDim, kGeneral);
+  static constexpr bool kPinLanes = kKnobs.pin_lanes;  // pinned ldmatrix addresses (smem_layout.h, LdsmAt)
   struct Lanes {
     LdsmAt<QTile, LanePattern::kRows16, kPinLanes> q;
     LdsmAt<KVTile, LanePattern::kRows8x2, kPinLanes> k;
@@ -74,17 +72,10 @@ struct FwdMainloop {
   // The cp.async of one K or V tile (tile_copy.cuh), issued in row steps.
   using KVCopy = RowsCopy<KVTile, kBlockN, kThreads, T>;
   // V's copies spread over the first half of S = Q K^T (one row step every kVEvery k-steps) instead of one
-  // burst before it, where that measured faster: interleaved A/B on the H200 (bench/NOTES.md, version 10)
-  // D = 128 +0.9% at S 512 and +1.9% at 4k, D = 96 +1.1% at 4k (1.000 at 1k); D = 256 -0.8 to -1.9%,
-  // and D = 64 -7.5% (its 128-key tile then spills 68 bytes).
-  static constexpr bool kSpreadV = kHeadDim == 96 || kHeadDim == 128;
-  // P computed one k16 slice at a time inside P V (pv_exp) where that measured faster: interleaved A/B on
-  // the H200 of the feature-free forwards (bench/NOTES.md, version 11): D = 64 +4.7% (S 2k) and +4.2% (512),
-  // D = 192 +4.0% (4k), D = 160 +4.2% (2k), D = 32 +1.9% (2k); D = 128 -2.8% (4k), D = 224 -4.8% (2k),
-  // D = 256 -0.5 to -2.0% (S 512-4k); at D = 96 it spills 28 bytes. The general instance keeps the whole
-  // tile's P first (dropout: the row sums use the undropped values).
-  static constexpr bool kExpInPv =
-      !kGeneral && (kHeadDim == 32 || kHeadDim == 64 || kHeadDim == 160 || kHeadDim == 192);
+  // burst before it.
+  static constexpr bool kSpreadV = kKnobs.spread_v;
+  // P computed one k16 slice at a time inside P V (pv_exp) instead of the whole tile's P first.
+  static constexpr bool kExpInPv = kKnobs.exp_in_pv;
   static constexpr int kVEvery = kQKSteps / (2 * KVCopy::kSteps) > 0 ? kQKSteps / (2 * KVCopy::kSteps) : 1;
 
   // s = Q K^T for the warp's rows and the whole K tile (s must be zero on entry); with kSpreadV it also

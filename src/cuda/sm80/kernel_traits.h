@@ -3,8 +3,7 @@
 // Tile configuration of the sm80 tensor-core FlashAttention-2 kernels: one constexpr function per
 // kernel family, so host code, kernels and tests see the same numbers. Plain C++ (no CUDA headers).
 //
-// Head dims are compiled in buckets of 32 (32, 64, ..., 256); a head dim d (a multiple of 8) runs in the
-// smallest bucket >= d with the dims beyond d zero-filled on load and never stored.
+// Head dims are compiled in the buckets of attn/head_dim.h.
 //
 // The numbers trade register pressure against reuse. mma.sync keeps every accumulator in registers
 // (255 per thread at most), and each warp re-reads the whole shared-memory B operand of a product, so
@@ -13,12 +12,12 @@
 
 #include <cstdint>
 
+#include "cuda/attn/head_dim.h"
+
 namespace flashattn::detail::cuda::sm80 {
 
-inline constexpr int kMaxHeadDim = 256;
-inline constexpr int kHeadDimBuckets[] = {32, 64, 96, 128, 160, 192, 224, 256};
-
-constexpr int head_dim_bucket(int64_t head_dim) { return head_dim <= 32 ? 32 : int((head_dim + 31) / 32) * 32; }
+// The sm80 kernels are built on the shared attention pieces (src/cuda/attn/).
+using namespace attn;
 
 // Bytes of one 16-bit element (f16, bf16): the only storage types of these kernels.
 inline constexpr int kElemBytes = 2;
@@ -37,8 +36,8 @@ inline constexpr int kElemBytes = 2;
 // The feature-free instance (general = false) has the registers for larger tiles: 128 x 128 at D <= 64
 // (FlashAttention-2's tile; Q re-read from shared memory, as 128 keys with Q in registers spill) and
 // 64-key tiles at every D from 96 on (half the Q re-reads from shared memory per key, and half the
-// barriers). With the tile loads of version 7 (tile_copy.cuh) every one of them compiles without
-// spills on sm_90a; before, D = 224 at 64 keys and D = 64 at 128 keys spilled (numbers in docs/kernels.md).
+// barriers). With the row-step tile loads of tile_copy.cuh every one of them compiles without spills on
+// sm_90a (numbers in docs/kernels.md).
 struct FwdTile {
   int head_dim;
   int block_m, block_n;
@@ -52,14 +51,14 @@ struct FwdTile {
   constexpr int64_t smem_bytes() const { return int64_t(block_m + 2 * block_n) * head_dim * kElemBytes; }
 };
 
-// `general`: the instance that also handles dropout, softcap and ALiBi (args.h, needs_general_fwd). The
+// `general`: the instance that also handles dropout, softcap and ALiBi (attn/score_args.h, needs_general_fwd). The
 // feature-free instance needs fewer registers, which its larger tiles spend.
 // `paired` (feature-free, D >= 160; use_paired_fwd decides): 64 rows with 4 warps instead of 128 with 8,
 // the same warp tile (16 rows x 64 keys), so that two CTAs share an SM: while one waits at a barrier or
 // in the softmax the other issues MMAs. Nsight Compute put FlashAttention-2's D = 256 forward (this
 // shape, two CTAs per SM) at IPC 1.26 against 1.14 for 128 x 64 with 8 warps, on the same instruction
-// count (bench/NOTES.md, version 6). D = 192 and 224 spilled in this shape until version 7; since, the
-// pairing measured faster than 128 rows at every point of D = 192, 224 and 256 (version 7).
+// count (bench/NOTES.md). The pairing measured faster than 128 rows at every point of D = 192, 224 and
+// 256.
 constexpr bool has_paired_fwd(int bucket, bool general) { return !general && bucket >= 160; }
 constexpr FwdTile fwd_tile(int bucket, bool general = true, bool paired = false) {
   if (bucket <= 64) return FwdTile{bucket, 128, general ? 64 : 128, 4, 2, general};
@@ -81,6 +80,28 @@ constexpr bool fwd_general(bool needs_general, int bucket, int64_t smem_optin) {
 constexpr bool use_paired_fwd(int bucket, bool general, int cc_major, int64_t smem_per_sm) {
   return has_paired_fwd(bucket, general) && cc_major >= 9 &&
          2 * (fwd_tile(bucket, general, true).smem_bytes() + 1024) <= smem_per_sm;
+}
+
+// The forward mainloop's code-shape knobs per bucket (fwd_mainloop.cuh), each on where it measured faster
+// in interleaved A/Bs on the H200 of the feature-free forwards (bench/NOTES.md has the runs):
+//   pin_lanes: ldmatrix addresses pinned per lane (smem_layout.h, LdsmAt): D = 96 +7.4% at S 1k,
+//     D = 256 +1.5-2.1% at S 512-4k, D = 64 +1.5% at 2k; D = 128 +1.3% at 512 but -1.4% at 4k,
+//     D = 192 -1.8%, D = 224 -1.6%, D = 160 +0.3%. At D = 32 they push the 128-key tile into 36-48
+//     bytes of spills on sm_90a.
+//   spread_v: V's copies issued between the k-steps of the first half of S = Q K^T instead of in one
+//     burst before it: D = 128 +0.9% at S 512 and +1.9% at 4k, D = 96 +1.1% at 4k (1.000 at 1k);
+//     D = 256 -0.8 to -1.9%, and D = 64 -7.5% (its 128-key tile then spills 68 bytes).
+//   exp_in_pv: P computed one k16 slice at a time inside P V, so the slice's exp2 overlap the previous
+//     slice's MMAs: D = 64 +4.7% (S 2k) and +4.2% (512), D = 192 +4.0% (4k), D = 160 +4.2% (2k), D = 32
+//     +1.9% (2k); D = 128 -2.8% (4k), D = 224 -4.8% (2k), D = 256 -0.5 to -2.0% (S 512-4k); at D = 96
+//     it spills 28 bytes. Feature-free only: with dropout the row sums must use the undropped P, so the
+//     general instance computes the whole tile's P first.
+struct FwdKnobs {
+  bool pin_lanes, spread_v, exp_in_pv;
+};
+constexpr FwdKnobs fwd_knobs(int bucket, bool general) {
+  return FwdKnobs{bucket == 64 || bucket == 96 || bucket == 256, bucket == 96 || bucket == 128,
+                  !general && (bucket == 32 || bucket == 64 || bucket == 160 || bucket == 192)};
 }
 
 // Shared memory a CTA may opt into (cudaDevAttrMaxSharedMemoryPerBlockOptin): 163 KB on sm_80 (A100),
@@ -221,6 +242,8 @@ constexpr bool valid(BwdTile t) {
   return t.block_n == 16 * t.warps && t.block_m % 32 == 0 && t.warps % t.dq_row_groups() == 0 &&
          t.head_dim % t.dq_col_groups() == 0 && t.dq_cols_per_warp() % 16 == 0;
 }
+// exp_in_pv folds P into the row sums before dropout could zero it: the general instance must not use it.
+constexpr bool valid(FwdKnobs k, bool general) { return !(general && k.exp_in_pv); }
 constexpr bool valid(DqTile t) {
   return t.head_dim % 32 == 0 && t.block_m == 16 * t.warps && t.block_n % 16 == 0 && t.smem_bytes() <= kSm80SmemBytes;
 }
@@ -228,51 +251,11 @@ constexpr bool valid(DqTile t) {
 constexpr bool all_tiles_valid() {
   for (int d : kHeadDimBuckets)
     if (!valid(fwd_tile(d, true)) || !valid(fwd_tile(d, false)) || !valid(fwd_tile(d, false, true)) ||
-        !valid(bwd_tile(d)) || !bwd_tile(d).tiled || !valid(bwd_rows_tile(d)) || !valid(dq_tile(d)))
+        !valid(bwd_tile(d)) || !bwd_tile(d).tiled || !valid(bwd_rows_tile(d)) || !valid(dq_tile(d)) ||
+        !valid(fwd_knobs(d, true), true) || !valid(fwd_knobs(d, false), false))
       return false;
   return true;
 }
 static_assert(all_tiles_valid(), "an sm80 tile configuration breaks a kernel layout assumption");
-
-// The head-dim buckets this build instantiates: cmake/FlashattnCuda.cmake defines FLASHATTN_HDIM_<d>
-// for each bucket of the FLASHATTN_HEAD_DIMS option (all of them by default).
-constexpr bool head_dim_compiled(int bucket) {
-  switch (bucket) {
-#if defined(FLASHATTN_HDIM_32)
-    case 32:
-      return true;
-#endif
-#if defined(FLASHATTN_HDIM_64)
-    case 64:
-      return true;
-#endif
-#if defined(FLASHATTN_HDIM_96)
-    case 96:
-      return true;
-#endif
-#if defined(FLASHATTN_HDIM_128)
-    case 128:
-      return true;
-#endif
-#if defined(FLASHATTN_HDIM_160)
-    case 160:
-      return true;
-#endif
-#if defined(FLASHATTN_HDIM_192)
-    case 192:
-      return true;
-#endif
-#if defined(FLASHATTN_HDIM_224)
-    case 224:
-      return true;
-#endif
-#if defined(FLASHATTN_HDIM_256)
-    case 256:
-      return true;
-#endif
-    default:
-      return false;
-  }
-}
 
 }  // namespace flashattn::detail::cuda::sm80

@@ -26,7 +26,7 @@ ScoreArgs make_score_args(const FwdProblem& p);
 // Enqueue the whole forward / backward of `p` on `stream` (the caller has made p.device current).
 // `paired`: the device runs the forward's paired tiles (use_paired_fwd). `persistent`: the forward may run
 // a grid smaller than its tile list where every tile costs the same (fwd_kernel.cuh). `device`: what sizes
-// a masked call's tile order (tile_order.h); l2_bytes = 0: the per-head order. `smem_optin`: the shared
+// a masked call's tile order (attn/tile_order.h); l2_bytes = 0: the per-head order. `smem_optin`: the shared
 // memory a CTA of p.device may opt into, which picks the backward's partition.
 struct DeviceFacts {
   int64_t l2_bytes = 0;

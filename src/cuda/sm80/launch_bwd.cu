@@ -5,24 +5,24 @@
 
 #include <cstdint>
 
+#include "cuda/attn/bwd_prepost.cuh"
+#include "cuda/attn/switch.h"
+#include "cuda/attn/tile_order.h"
 #include "cuda/common/check.h"
 #include "cuda/common/launch.h"
 #include "cuda/common/workspace.h"
-#include "cuda/sm80/bwd_prepost.cuh"
 #include "cuda/sm80/kernel_traits.h"
 #include "cuda/sm80/launch.h"
-#include "cuda/sm80/switch.h"
-#include "cuda/sm80/tile_order.h"
 
 namespace flashattn::detail::cuda::sm80 {
 
 namespace {
 
 // The tiled kernel's key-tile order. Masked key tiles differ in cost, so a masked call (not varlen, whose
-// costs vary with the sequences too) may take the forward's order (tile_order.h), sized by what a KV
+// costs vary with the sequences too) may take the forward's order (attn/tile_order.h), sized by what a KV
 // head's CTAs share in L2 (the Q and dO rows of its query heads and their fp32 dQ) and one CTA per SM (the
 // tiles take 114-209 KB of shared memory). Only where a KV head has at most half as many key tiles as the
-// device has SMs: measured on the H200 (bench/NOTES.md, sm80 version 15), causal backward +1-6% with 64 key
+// device has SMs: measured on the H200 (bench/NOTES.md), causal backward +1-6% with 64 key
 // tiles per head or fewer and 1-3% slower with 128 or more, where the per-head order already runs about
 // one head at a time on the whole device and the groups only add L2 traffic.
 TileOrder bwd_tile_order(const BwdProblem& p, const BwdTile& tile, int n_blocks, const DeviceFacts& device) {
@@ -52,7 +52,7 @@ void launch_bwd(const BwdProblem& p, int64_t smem_optin, const DeviceFacts& devi
   const size_t accum_bytes = atomics ? size_t(dq_accum_elems(p.total_q, p.heads, p.head_dim)) * sizeof(float) : 0;
   Workspace dq_accum(accum_bytes, stream);
   if (atomics) args.dq_accum = dq_accum.as<float>();
-  dtype_switch(p.dtype, [&](auto tag) {
+  dispatch_dtype<false>(p.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (rows > 0) {
       bwd_dsum_kernel<T>

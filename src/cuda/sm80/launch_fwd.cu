@@ -3,11 +3,11 @@
 #include <cmath>
 
 #include "common/philox.h"
+#include "cuda/attn/switch.h"
+#include "cuda/attn/tile_order.h"
 #include "cuda/common/launch.h"
 #include "cuda/sm80/kernel_traits.h"
 #include "cuda/sm80/launch.h"
-#include "cuda/sm80/switch.h"
-#include "cuda/sm80/tile_order.h"
 
 namespace flashattn::detail::cuda::sm80 {
 
@@ -45,7 +45,7 @@ void launch_fwd(const FwdProblem& p, bool general, bool paired, bool persistent,
     args.order = masked_tile_order(int(m_blocks), int(head_seqs), kv_bytes, p.group_size(), device.l2_bytes,
                                    2 * int64_t(device.sms));
   }
-  dtype_switch(p.dtype, [&](auto tag) {
+  dispatch_dtype<false>(p.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     head_dim_switch(head_dim_bucket(p.head_dim),
                     [&](auto bucket) { run_fwd<T, decltype(bucket)::value>(args, paired, stream); });

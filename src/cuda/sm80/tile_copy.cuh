@@ -38,9 +38,9 @@ __device__ __forceinline__ void for_each_chunk(int tid, F&& f) {
 // t / P + i * kRowStep, kRowStep = kThreads / P. kRowStep is a multiple of 8, so all of a thread's rows
 // have the same swizzle: its shared-memory addresses differ by compile-time constants and its global
 // ones by multiples of one runtime stride. A chunk then costs one cp.async plus, once per row step, one
-// 64-bit add. Why it matters: deriving each chunk's row, bounds test and address afresh (as version 6
-// did) cost 10-14 integer instructions per chunk: 14% of the D = 128 forward's loop, 31% of the paired
-// D = 256 one (SASS, bench/NOTES.md version 7). A warp still reads whole 64- or 128-byte row
+// 64-bit add. Why it matters: deriving each chunk's row, bounds test and address afresh costs 10-14
+// integer instructions per chunk: 14% of the D = 128 forward's loop, 31% of the paired D = 256 one
+// (SASS, bench/NOTES.md). A warp still reads whole 64- or 128-byte row
 // segments. Tiles with every row and chunk valid (all but a sequence's last, when the head dim fills
 // its bucket) take the path without predicates.
 template <typename Tile, int kRows, int kThreads, typename T>

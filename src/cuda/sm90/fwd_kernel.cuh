@@ -29,13 +29,13 @@
 #include "cuda/common/check.h"
 #include "cuda/common/launch.h"
 #include "cuda/common/ptx.h"
+#include "cuda/attn/fragment_mask.cuh"
+#include "cuda/attn/softmax.cuh"
+#include "cuda/attn/tile_range.h"
 #include "cuda/common/wgmma.cuh"
 #include "cuda/sm80/fragments.cuh"
-#include "cuda/sm80/mask.cuh"
 #include "cuda/sm80/smem_layout.h"
-#include "cuda/sm80/softmax.cuh"
 #include "cuda/sm80/tile_copy.cuh"
-#include "cuda/sm80/tile_range.h"
 #include "cuda/sm90/args.h"
 #include "cuda/sm90/fwd_tile.h"
 #include "cuda/sm90/pipeline.h"
@@ -118,7 +118,7 @@ __device__ __forceinline__ Sm90TilePlace place_tile(const FwdArgs& args, const M
   t.m0 = int64_t(m_block) * kBlockM;
   const int64_t rows = args.p.seqlen_q - t.m0;
   t.valid_rows = int(rows < kBlockM ? rows : kBlockM);
-  const sm80::Range keys = sm80::keys_for_rows(mask, t.m0, t.m0 + t.valid_rows - 1);
+  const attn::Range keys = attn::keys_for_rows(mask, t.m0, t.m0 + t.valid_rows - 1);
   t.n_begin = int(keys.begin / kBlockN);
   t.n_end = keys.end > keys.begin ? int((keys.end + kBlockN - 1) / kBlockN) : t.n_begin;
   return t;
@@ -211,7 +211,7 @@ __global__ void __launch_bounds__(fwd_tile(kHeadDim).threads(), 1) fwd_kernel(co
   for (int j = 0; j < Consumer::kOFrags; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) o[j][e] = 0.0f;
-  sm80::OnlineSoftmax<1> softmax;
+  attn::OnlineSoftmax<1> softmax;
   softmax.init();
 
   // Q is waited for even without keys: the epilogue stages O in Q's rows, which TMA may still be writing.
@@ -220,8 +220,8 @@ __global__ void __launch_bounds__(fwd_tile(kHeadDim).threads(), 1) fwd_kernel(co
   // Mask and online softmax of key tile n in s (P afterwards), and O's rescale.
   const auto softmax_tile = [&](int n) {
     const int64_t key0 = int64_t(n) * kBlockN;
-    if (!sm80::tile_fully_visible(mask, t.m0, t.m0 + t.valid_rows - 1, key0, key0 + kBlockN - 1))
-      sm80::mask_rowmajor(s, mask, t.m0 + warp_row0, key0, lane);
+    if (!attn::tile_fully_visible(mask, t.m0, t.m0 + t.valid_rows - 1, key0, key0 + kBlockN - 1))
+      attn::mask_rowmajor(s, mask, t.m0 + warp_row0, key0, lane);
     float rescale[1][2];
     softmax.update(s, rescale, args.scale_log2);
     // Every factor is exactly 1 once a warp's row maxima stop growing: skip the multiplies then (a

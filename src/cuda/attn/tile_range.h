@@ -13,7 +13,7 @@
 #include "common/host_device.h"
 #include "common/score.h"
 
-namespace flashattn::detail::cuda::sm80 {
+namespace flashattn::detail::cuda::attn {
 
 struct Range {
   int64_t begin = 0, end = 0;  // [begin, end); empty when end <= begin
@@ -39,4 +39,4 @@ FA_HD bool tile_fully_visible(const Mask& m, int64_t r0, int64_t r1, int64_t k0,
   return m.key_begin(r1) <= k0 && k1 < m.key_end(r0);
 }
 
-}  // namespace flashattn::detail::cuda::sm80
+}  // namespace flashattn::detail::cuda::attn

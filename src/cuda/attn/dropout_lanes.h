@@ -9,7 +9,7 @@
 #include "common/host_device.h"
 #include "common/philox.h"
 
-namespace flashattn::detail::cuda::sm80 {
+namespace flashattn::detail::cuda::attn {
 
 // Bit w = keep decision of word w (key 4 (j / 4) + w) of one Philox draw.
 FA_HD uint32_t keep_nibble(const Philox4& w, uint32_t threshold) {
@@ -42,4 +42,4 @@ FA_HD DropoutDraw dropout_draw_transposed(int lane) {
 // Element e (key g + 8 (e / 2), query 2t + e % 2) lies in group G = e at word r.
 FA_HD int dropout_bit_transposed(int e, int lane) { return 4 * e + ((lane >> 2) & 3); }
 
-}  // namespace flashattn::detail::cuda::sm80
+}  // namespace flashattn::detail::cuda::attn

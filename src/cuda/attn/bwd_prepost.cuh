@@ -6,7 +6,7 @@
 //    pair's row of dq_accum (when there is one), which saves a separate memset pass over the workspace;
 //  * bwd_dq_convert_kernel: dq = dq_accum rounded to the dtype (the scale is already inside dS), one
 //    thread per 8 elements.
-// The 8 dims of a chunk are contiguous in dq_accum's blocked layout too (args.h, dq_accum_offset).
+// The 8 dims of a chunk are contiguous in dq_accum's blocked layout too (dq_accum.h, dq_accum_offset).
 // Both index query rows globally (global_q_row): row r of a dense call is (b, i) = (r / Sq, r % Sq), of
 // a varlen call r itself (batch stride 0).
 
@@ -14,11 +14,11 @@
 
 #include <cstdint>
 
+#include "cuda/attn/bwd_args.h"
 #include "cuda/common/elem.cuh"
 #include "cuda/common/ptx.h"
-#include "cuda/sm80/args.h"
 
-namespace flashattn::detail::cuda::sm80 {
+namespace flashattn::detail::cuda::attn {
 
 inline constexpr int kPrepostThreads = 256;
 
@@ -72,4 +72,4 @@ __global__ void __launch_bounds__(kPrepostThreads) bwd_dq_convert_kernel(const _
   *reinterpret_cast<uint4*>(static_cast<T*>(p.dq.ptr) + row_offset(p, p.dq, row, h) + 8 * c) = packed;
 }
 
-}  // namespace flashattn::detail::cuda::sm80
+}  // namespace flashattn::detail::cuda::attn

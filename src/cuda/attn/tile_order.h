@@ -1,6 +1,6 @@
 #pragma once
 
-// The order of a grid's work tiles (the forward's; the backward reuses it, launch_bwd.cu): which (query
+// The order of a grid's work tiles (the forward's; the sm80 backward reuses it, sm80/launch_bwd.cu): which (query
 // tile, (sequence, head)) the grid's tile number t runs. The hardware hands CTAs to SMs in blockIdx order
 // as slots free (CTA traces confirm it: start times rise with the index), so on a masked call (causal,
 // windows), whose tiles differ in cost, the order decides how long the last SMs run alone.
@@ -8,7 +8,7 @@
 // Per (sequence, head), heavy query tiles first (the order of unmasked and varlen calls), a causal grid
 // ends with all the query tiles of its last heads, heavy ones among them: CTA traces of the D = 256 and
 // D = 128 causal forwards on the H200 show 7.3-10.6% of the SM time idle after each SM's last CTA, and the
-// running CTAs below 90% of the peak over the last 14-17% of the kernel (bench/NOTES.md, sm80 version 14).
+// running CTAs below 90% of the peak over the last 14-17% of the kernel (bench/NOTES.md).
 // A masked call's list is therefore
 //   1. the heavy query tiles (m >= light_m) in groups of heads, each group heaviest query tile first, head
 //      fastest: the tiles of one head that run at once start together and read K and V in step (L2
@@ -24,7 +24,7 @@
 
 #include "common/host_device.h"
 
-namespace flashattn::detail::cuda::sm80 {
+namespace flashattn::detail::cuda::attn {
 
 struct TileCoord {
   int m_block = 0;   // query tile in its sequence
@@ -84,4 +84,4 @@ inline TileOrder masked_tile_order(int m_blocks, int head_seqs, int64_t kv_bytes
   return o;
 }
 
-}  // namespace flashattn::detail::cuda::sm80
+}  // namespace flashattn::detail::cuda::attn

@@ -12,9 +12,9 @@
 #include <cstdint>
 
 #include "common/score.h"
-#include "cuda/sm80/args.h"
+#include "cuda/attn/score_args.h"
 
-namespace flashattn::detail::cuda::sm80 {
+namespace flashattn::detail::cuda::attn {
 
 inline constexpr float kNegInf = -__builtin_huge_valf();
 
@@ -94,4 +94,4 @@ __device__ __forceinline__ void mask_rowmajor(float (&s)[kMFrags][kNFrags][4], c
     }
 }
 
-}  // namespace flashattn::detail::cuda::sm80
+}  // namespace flashattn::detail::cuda::attn

@@ -10,9 +10,9 @@
 #include <cstdint>
 
 #include "common/philox.h"
-#include "cuda/sm80/dropout_lanes.h"
+#include "cuda/attn/dropout_lanes.h"
 
-namespace flashattn::detail::cuda::sm80 {
+namespace flashattn::detail::cuda::attn {
 
 // Row-major fragment (rows row_lo = r0 + g and row_lo + 8, keys key0 + 2t, +1 with key0 a multiple of 8).
 // Lanes t and t^1 share the key group key0 + 4 (t / 2) .. + 3: lane t draws it for row_lo when t is even
@@ -48,4 +48,4 @@ __device__ __forceinline__ bool kept_transposed(uint32_t bits, int e, int lane) 
   return (bits >> dropout_bit_transposed(e, lane)) & 1u;
 }
 
-}  // namespace flashattn::detail::cuda::sm80
+}  // namespace flashattn::detail::cuda::attn
