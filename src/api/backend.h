@@ -21,6 +21,8 @@ struct Backend {
   void (*run_bwd)(const BwdProblem&, Stream) = nullptr;
   std::string (*supports_kvcache)(const KVCacheProblem&) = nullptr;
   void (*run_kvcache)(const KVCacheProblem&, Stream) = nullptr;
+  // The code path the backend runs in this process (cpu_flash: its instruction-set build); null: one path.
+  std::string (*variant)() = nullptr;
 };
 
 // Every backend compiled in, in preference order: dispatch takes the first that supports a call.

@@ -58,6 +58,7 @@ std::vector<BackendSupport> query(const Problem& p, const std::string& forced) {
     BackendSupport s;
     s.name = b.name;
     s.device = b.device;
+    if (b.variant) s.variant = b.variant();
     s.reason = support_reason(b, p);
     s.supported = s.reason.empty();
     if (s.supported && !chosen && (forced.empty() || forced == b.name)) s.chosen = chosen = true;
