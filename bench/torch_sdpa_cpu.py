@@ -26,6 +26,8 @@ def main():
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--mode", choices=["fwd", "bwd"], default="fwd")
     ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--expand-kv", action="store_true",
+                    help="GQA: repeat K/V to the query heads before timing instead of enable_gqa")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     dt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[a.dtype]
@@ -34,7 +36,9 @@ def main():
     q = torch.randn(1, a.heads, a.sq, a.dim, generator=g).to(dt)
     k = torch.randn(1, hk, a.sk, a.dim, generator=g).to(dt)
     v = torch.randn(1, hk, a.sk, a.dim, generator=g).to(dt)
-    gqa = {"enable_gqa": True} if hk != a.heads else {}
+    if hk != a.heads and a.expand_kv:
+        k, v = (t.repeat_interleave(a.heads // hk, dim=1) for t in (k, v))
+    gqa = {"enable_gqa": True} if k.shape[1] != a.heads else {}
     if a.mode == "bwd":
         for t in (q, k, v):
             t.requires_grad_(True)
@@ -59,7 +63,7 @@ def main():
     flops = 4.0 * a.heads * a.sq * a.sk * a.dim * (0.5 if a.causal else 1.0) * (2.5 if a.mode == "bwd" else 1.0)
     c, w = statistics.median(cpu), statistics.median(wall)
     print(f"torch {torch.__version__} sdpa {a.mode} {a.dtype} H={a.heads}/{hk} {a.sq}x{a.sk} D={a.dim}"
-          f"{' causal' if a.causal else ''} threads={a.threads}: cpu-time {c * 1e3:.2f} ms"
+          f"{' causal' if a.causal else ''}{' kv expanded' if a.expand_kv else ''} threads={a.threads}: cpu-time {c * 1e3:.2f} ms"
           f" ({flops / c / 1e9:.1f} GFLOP/s per core-time), wall {w * 1e3:.2f} ms ({flops / w / 1e9:.1f} GFLOP/s)")
 
 
