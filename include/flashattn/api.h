@@ -25,7 +25,8 @@ struct BackendSupport {
   DeviceType device;
   bool supported = false;
   bool chosen = false;
-  std::string reason;  // why not, when !supported
+  std::string reason;   // why not, when !supported
+  std::string variant;  // the backend's code path in this process, if it has several (cpu_flash: cpu_isa())
 };
 
 std::vector<BackendSupport> query_backends(const FwdParams& params);
@@ -39,6 +40,15 @@ struct BackendInfo {
 
 // Every backend compiled into this build, in dispatch preference order.
 std::vector<BackendInfo> list_backends();
+
+// cpu_flash's kernels are compiled for several instruction sets; one is picked once per process: the
+// best this CPU runs, unless the environment variable FLASHATTN_CPU_ISA or set_cpu_isa() names another.
+// cpu_isas(): the builds compiled in that this CPU runs, best first ("avx512_bf16", "avx512", "avx2",
+// "generic"; "native" alone in a FLASHATTN_NATIVE build). cpu_isa(): the one in use. set_cpu_isa(""):
+// back to the automatic choice. An unknown or unrunnable name throws Error(invalid_argument).
+std::vector<std::string> cpu_isas();
+std::string cpu_isa();
+void set_cpu_isa(const std::string& name);
 
 // Whether this build has CUDA kernels, and how many CUDA devices the runtime sees (0 without CUDA).
 bool built_with_cuda();

@@ -34,6 +34,21 @@ def list_backends():
     return _C.list_backends()
 
 
+def cpu_isa():
+    """The instruction-set build of the cpu_flash backend in use ("avx512_bf16", "avx512", "avx2", "generic")."""
+    return _C.cpu_isa()
+
+
+def cpu_isas():
+    """cpu_flash's instruction-set builds this CPU runs, best first."""
+    return _C.cpu_isas()
+
+
+def set_cpu_isa(name):
+    """Forces one of cpu_isas() for cpu_flash ('' restores the automatic choice; FLASHATTN_CPU_ISA sets it too)."""
+    _C.set_cpu_isa(name)
+
+
 def built_with_cuda():
     """Whether the CUDA backends were compiled into this build."""
     return _C.built_with_cuda()
@@ -59,6 +74,9 @@ __all__ = [
     "query_backends_kvcache",
     "list_backends",
     "built_with_cuda",
+    "cpu_isa",
+    "cpu_isas",
+    "set_cpu_isa",
     "cuda_device_count",
     "__version__",
 ]

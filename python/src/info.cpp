@@ -1,5 +1,7 @@
 // Facts about the build and the registered backends.
 
+#include <nanobind/stl/vector.h>
+
 #include "arrays.h"
 #include "bindings.h"
 #include "flashattn/version.h"
@@ -21,6 +23,7 @@ nb::list backend_support_list(const std::vector<BackendSupport>& support) {
     d["supported"] = s.supported;
     d["chosen"] = s.chosen;
     d["reason"] = s.reason;
+    d["variant"] = s.variant;
     out.append(d);
   }
   return out;
@@ -62,6 +65,10 @@ void bind_info(nb::module_& m) {
       "How each argument would be read as an array argument: 'exchange' (DLPack's C exchange API), "
       "'attributes' (a torch.Tensor's attributes), 'ndarray' (DLPack or the buffer protocol) or 'none' (internal: "
       "tests and bench/host_cost.py).");
+  m.def("cpu_isa", &flashattn::cpu_isa, "The instruction-set build of cpu_flash in use (see cpu_isas).");
+  m.def("cpu_isas", &flashattn::cpu_isas, "cpu_flash's builds this CPU runs, best first.");
+  m.def("set_cpu_isa", &flashattn::set_cpu_isa, nb::arg("name"),
+        "Forces one of cpu_isas() for cpu_flash; '' restores the automatic choice.");
 }
 
 }  // namespace flashattn::python

@@ -31,6 +31,8 @@ struct Backend {
   // not (empty when opted in). options.backend naming the backend runs it regardless. For a new kernel
   // generation that has not yet been verified on its hardware.
   std::string (*default_decline)() = nullptr;
+  // The code path the backend runs in this process (cpu_flash: its instruction-set build); null: one path.
+  std::string (*variant)() = nullptr;
 };
 
 // Why `b` cannot run `p` whatever its supports_* says (a feature its table does not declare), or "".

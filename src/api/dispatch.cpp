@@ -108,6 +108,7 @@ std::vector<BackendSupport> query(const Problem& p, const std::string& forced) {
     s.name = b.name;
     s.device = b.device;
     s.reason = call_reason(b, p, forced);
+    if (b.variant) s.variant = b.variant();
     s.supported = s.reason.empty();
     if (s.supported && !chosen && allowed(b, forced)) s.chosen = chosen = true;
     out.push_back(std::move(s));

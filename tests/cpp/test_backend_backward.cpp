@@ -23,6 +23,7 @@ class BackendBackward : public testing::TestWithParam<BackendCase> {};
 TEST_P(BackendBackward, MatchesReference) {
   const auto& [backend, index] = GetParam();
   FA_SKIP_IF_DEVICE_MISSING(backend);
+  const BackendUnderTest under_test(backend);
   const AttnConfig& cfg = cases()[size_t(index)];
   const AttnInputs in = make_inputs(cfg, 5000 + uint64_t(index));
   const BwdOutputs ref = reference_backward(in);
@@ -30,8 +31,8 @@ TEST_P(BackendBackward, MatchesReference) {
   const flashattn::Device dev = device_of(backend);
   BwdOutputs got;
   try {
-    const FwdOutputs fwd = run_forward(in, backend, dev);
-    got = run_backward(in, fwd, backend, dev);
+    const FwdOutputs fwd = run_forward(in, under_test.name(), dev);
+    got = run_backward(in, fwd, under_test.name(), dev);
   } catch (const flashattn::Error& e) {
     if (e.status() == flashattn::Status::unsupported) GTEST_SKIP() << e.what();
     throw;

@@ -23,13 +23,14 @@ class BackendForward : public testing::TestWithParam<BackendCase> {};
 TEST_P(BackendForward, MatchesReference) {
   const auto& [backend, index] = GetParam();
   FA_SKIP_IF_DEVICE_MISSING(backend);
+  const BackendUnderTest under_test(backend);
   const AttnConfig& cfg = cases()[size_t(index)];
   const AttnInputs in = make_inputs(cfg, 1000 + uint64_t(index));
   const FwdOutputs ref = reference_forward(in);
   const NaiveOutputs naive = naive_lowp(in, false);
   FwdOutputs got;
   try {
-    got = run_forward(in, backend, device_of(backend));
+    got = run_forward(in, under_test.name(), device_of(backend));
   } catch (const flashattn::Error& e) {
     if (e.status() == flashattn::Status::unsupported) GTEST_SKIP() << e.what();
     throw;

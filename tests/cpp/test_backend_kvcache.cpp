@@ -37,12 +37,13 @@ TEST_P(BackendKVCache, MatchesReference) {
   const std::string& backend = std::get<0>(GetParam());
   const int index = std::get<1>(GetParam());
   FA_SKIP_IF_DEVICE_MISSING(backend);
+  const BackendUnderTest under_test(backend);
   const KVConfig& cfg = cases()[size_t(index)];
   const KVInputs in = make_kv_inputs(cfg, 9000 + uint64_t(index));
   const KVOracle oracle = kv_oracle(in);
   KVOutputs got;
   try {
-    got = run_kvcache(in, backend, device_of(backend));
+    got = run_kvcache(in, under_test.name(), device_of(backend));
   } catch (const flashattn::Error& e) {
     if (e.status() == flashattn::Status::unsupported) GTEST_SKIP() << e.what();
     throw;

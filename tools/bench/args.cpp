@@ -130,14 +130,15 @@ Options parse_args(int argc, char** argv) {
       {"--json", [&](auto&, auto& v) { o.json_path = v; }},
       {"--device", [&](auto&, auto& v) { o.device = parse_device(v); }},
       {"--threads", [&](auto& f, auto& v) { o.threads = int(parse_int(f, v, 1)); }},
+      {"--cpu-isa", [&](auto&, auto& v) { o.cpu_isa = v; }},
       {"--dims", [&](auto& f, auto& v) { o.sweep_dims = parse_int_list(f, v); }},
       {"--seqlens", [&](auto& f, auto& v) { o.sweep_seqlens = parse_int_list(f, v); }},
   };
   const std::map<std::string, std::function<void()>> switches = {
-      {"--causal", [&] { c.causal = true; }},   {"--no-check", [&] { o.check = false; }},
-      {"--sweep", [&] { o.sweep = true; }},     {"--list", [&] { o.list = true; }},
-      {"--version", [&] { o.version = true; }}, {"--help", [&] { o.help = true; }},
-      {"-h", [&] { o.help = true; }},
+      {"--causal", [&] { c.causal = true; }}, {"--no-check", [&] { o.check = false; }},
+      {"--sweep", [&] { o.sweep = true; }},   {"--cpu-time", [&] { o.cpu_time = true; }},
+      {"--list", [&] { o.list = true; }},     {"--version", [&] { o.version = true; }},
+      {"--help", [&] { o.help = true; }},     {"-h", [&] { o.help = true; }},
   };
 
   for (int i = 1; i < argc; ++i) {
@@ -207,6 +208,9 @@ Backends and timing
   --warmup N             untimed runs first (default 1 on CPU, 5 on CUDA)
   --iters N              timed runs; the median is reported (default 5 on CPU, 50 on CUDA)
   --threads N            OpenMP threads of the CPU backends
+  --cpu-time             time CPU backends in process CPU time / threads (busy time per core; robust on a
+                         shared machine) instead of wall clock
+  --cpu-isa NAME         cpu_flash's instruction-set build: one of flashattn::cpu_isas() (default: the best)
   --no-check             skip the all-close check against cpu_reference
 
 Output

@@ -23,7 +23,9 @@ struct Options {
   std::optional<DeviceChoice> device;  // unset: decided in main from what the machine has
   std::string json_path;
   bool check = true;
-  int threads = 0;  // 0: OpenMP's default
+  int threads = 0;        // 0: OpenMP's default
+  bool cpu_time = false;  // time CPU backends in process CPU time per thread (timer_cpu.h)
+  std::string cpu_isa;    // cpu_flash's instruction-set build (flashattn::set_cpu_isa); empty: automatic
   bool list = false, version = false, help = false;
   std::string command_line;  // argv joined, for the JSON records
 };

@@ -49,6 +49,7 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (o.threads > 0) omp_set_num_threads(o.threads);
+  if (!o.cpu_isa.empty()) flashattn::set_cpu_isa(o.cpu_isa);
 
   const std::vector<BenchConfig> configs =
       o.sweep ? sweep_configs(o.config, o.sweep_dims, o.sweep_seqlens) : std::vector<BenchConfig>{o.config};
@@ -60,7 +61,7 @@ int run(int argc, char** argv) {
   const Selection selection = select_backends(o);
   for (const std::string& note : selection.notes) std::cerr << "flashattn-bench: " << note << "\n";
 
-  CpuTimer cpu_timer;
+  CpuTimer cpu_timer(o.cpu_time);
   std::unique_ptr<Timer> cuda_timer;
 #if defined(FLASHATTN_WITH_CUDA)
   if (selection.cuda) cuda_timer = std::make_unique<CudaTimer>(0);
@@ -71,7 +72,7 @@ int run(int argc, char** argv) {
   info.version = flashattn::version();
   info.commit = git_commit();
   info.command_line = o.command_line;
-  if (selection.cpu) info.devices.push_back(cpu_timer.describe());
+  if (selection.cpu) info.devices.push_back(cpu_timer.describe() + "; cpu_flash ISA " + flashattn::cpu_isa());
   if (cuda_timer) info.devices.push_back(cuda_timer->describe());
   print_header(std::cout, info);
 

@@ -1,6 +1,7 @@
 #include "timer_cpu.h"
 
 #include <omp.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -9,11 +10,26 @@
 
 namespace fabench {
 
+namespace {
+
+double process_cpu_ms() {
+  timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return 1e3 * double(t.tv_sec) + 1e-6 * double(t.tv_nsec);
+}
+
+}  // namespace
+
 std::vector<double> CpuTimer::time_ms(const std::function<void(flashattn::Stream)>& run, int warmup, int iters) {
   for (int i = 0; i < warmup; ++i) run(nullptr);
   std::vector<double> ms;
   ms.reserve(size_t(iters));
-  for (int i = 0; i < iters; ++i) {
+  for (int i = 0; i < iters && process_cpu_; ++i) {
+    const double start = process_cpu_ms();
+    run(nullptr);
+    ms.push_back((process_cpu_ms() - start) / omp_get_max_threads());
+  }
+  for (int i = 0; i < iters && !process_cpu_; ++i) {
     const auto start = std::chrono::steady_clock::now();
     run(nullptr);
     const auto stop = std::chrono::steady_clock::now();
@@ -25,7 +41,8 @@ std::vector<double> CpuTimer::time_ms(const std::function<void(flashattn::Stream
 std::string CpuTimer::device_name() const { return cpu_model(); }
 
 std::string CpuTimer::describe() const {
-  return cpu_model() + " (" + std::to_string(omp_get_max_threads()) + " OpenMP threads; wall clock)";
+  return cpu_model() + " (" + std::to_string(omp_get_max_threads()) + " OpenMP threads; " +
+         (process_cpu_ ? "process CPU time / threads)" : "wall clock)");
 }
 
 double median(std::vector<double> samples) {

@@ -22,7 +22,7 @@
 #include "cpu/flash/engines.h"
 #include "cpu/flash/scratch.h"
 
-namespace flashattn::detail::cpu_flash {
+namespace flashattn::detail::cpu_flash::FLASH_ISA {
 
 namespace {
 
@@ -317,4 +317,4 @@ void finish_decode(const AttnCall& c, const AttnSeq& s, const DecodePartial* par
   dispatch_dtype(c.dtype, [&](auto dt) { finish_decode_impl<decltype(dt)::value>(c, s, parts, n, scratch); });
 }
 
-}  // namespace flashattn::detail::cpu_flash
+}  // namespace flashattn::detail::cpu_flash::FLASH_ISA

@@ -1,20 +1,33 @@
 // Tiled FlashAttention-2 forward for one tile of packed query rows (FlashAttention-2, Dao 2023, Alg. 1):
 // the rows' Q^T is packed once, then for each K/V tile of their visible key range
 //   S^T = K Q^T  ->  online softmax (max, exp2, sum; mask only on boundary tiles)  ->  O^T = a O^T + V^T P^T
-// with query rows in vector lanes throughout (see microkernel.h for the layouts).
+// with query rows in vector lanes throughout (see microkernel.h for the layouts). bf16 inputs on CPUs with
+// AVX-512 BF16 run both GEMMs as bf16 dot products (microkernel_bf16.h) on bf16 copies of the tiles: Q
+// and K exact, P rounded to bf16 as the GPU kernels round it, the scale applied to S in fp32.
 
 #include <algorithm>
+#include <cstring>
 
 #include "cpu/flash/convert_tile.h"
 #include "cpu/flash/engines.h"
 #include "cpu/flash/microkernel.h"
+#include "cpu/flash/microkernel_bf16.h"
 #include "cpu/flash/online_softmax.h"
 #include "cpu/flash/row_lanes.h"
 #include "cpu/flash/scratch.h"
 
-namespace flashattn::detail::cpu_flash {
+namespace flashattn::detail::cpu_flash::FLASH_ISA {
 
 namespace {
+
+// Whether both GEMMs run as bf16 dot products for storage type DT in this build.
+template <DType DT>
+constexpr bool kDotBf16 =
+#if defined(FLASH_AVX512_BF16)
+    DT == DType::bf16;
+#else
+    false;
+#endif
 
 struct TiledScratch {
   float* qt;  // Q^T: head_dim rows x q_rows columns
@@ -29,6 +42,12 @@ struct TiledScratch {
   float* rows;  // 16 rows of head_dim (padded): one strip of queries or outputs, row-major
   int64_t* k_off;
   int64_t* v_off;
+  // bf16 dot-product path only (microkernel_bf16.h layouts): Q^T and P^T as pair rows of a strip tile,
+  // K row-major and V as key pairs.
+  uint32_t* qp;
+  uint32_t* pp;
+  uint32_t* kp;
+  uint32_t* vp;
 };
 
 TiledScratch carve(const AttnCall& c, TileShape t, Carver& mem) {
@@ -46,19 +65,26 @@ TiledScratch carve(const AttnCall& c, TileShape t, Carver& mem) {
   s.rows = mem.take(kLanes * Dp);
   s.k_off = mem.take_i64(Bc);
   s.v_off = mem.take_i64(Bc);
+  if (c.dtype == DType::bf16) {
+    s.qp = reinterpret_cast<uint32_t*>(mem.take(D / 2 * Br));
+    s.pp = reinterpret_cast<uint32_t*>(mem.take(Bc / 2 * Br));
+    s.kp = reinterpret_cast<uint32_t*>(mem.take(Bc * D / 2));
+    s.vp = reinterpret_cast<uint32_t*>(mem.take(Bc / 2 * D));
+  }
   return s;
 }
 
 // Q^T of the tile: each strip's 16 query rows are loaded (converted, rotated, scaled) row-major, then
 // transposed 16 x 16 at a time into the strip's columns.
 template <DType DT>
-void pack_queries(const AttnCall& c, const AttnSeq& s, const RowLanes& lanes, int64_t r0, float* rows, float* qt) {
+void pack_queries(const AttnCall& c, const AttnSeq& s, const RowLanes& lanes, int64_t r0, float scale, float* rows,
+                  float* qt) {
   const int64_t D = c.head_dim, Dp = strips_of(D) * kLanes, q_ss = D * kLanes;
   for (int64_t k = 0; k < lanes.strips; ++k) {
     for (int64_t l = 0; l < kLanes; ++l) {
       const int64_t lane = k * kLanes + l, r = r0 + lane;
       if (lane < lanes.n)
-        load_query<DT>(c, s, r / c.group, s.hk * c.group + r % c.group, rows + l * Dp);
+        load_query<DT>(c, s, r / c.group, s.hk * c.group + r % c.group, rows + l * Dp, scale);
       else
         std::fill(rows + l * Dp, rows + (l + 1) * Dp, 0.0f);
     }
@@ -103,7 +129,20 @@ void attend_tiled_impl(const AttnCall& c, const AttnSeq& s, TileShape t, int64_t
   // Strip strides: Q^T and O^T have head_dim rows, S^T and the K/V tiles k_rows rows.
   const int64_t q_ss = D * kLanes, kv_ss = Bc * kLanes;
 
-  pack_queries<DT>(c, s, lanes, r0, w.rows, w.qt);
+  // The dot products take the head dim in pairs: an odd head dim runs the fp32 path.
+  const bool dot = kDotBf16<DT> && D % 2 == 0;
+  // The dot-product path multiplies the scores by q_scale in fp32 instead, so that Q stays exact in bf16.
+  pack_queries<DT>(c, s, lanes, r0, dot ? 1.0f : c.q_scale, w.rows, w.qt);
+#if defined(FLASH_AVX512_BF16)
+  const int64_t qp_ss = D / 2 * kLanes, pp_ss = Bc / 2 * kLanes;
+  if constexpr (kDotBf16<DT>) {
+    if (dot)
+      for (int64_t k = 0; k < strips; ++k)
+        for (int64_t p = 0; p < D / 2; ++p)
+          _mm512_storeu_si512(w.qp + k * qp_ss + p * kLanes, pair_words(load(w.qt + k * q_ss + 2 * p * kLanes),
+                                                                        load(w.qt + k * q_ss + (2 * p + 1) * kLanes)));
+  }
+#endif
   std::fill(w.ot, w.ot + strips * q_ss, 0.0f);
   std::fill(w.m, w.m + strips * kLanes, -INFINITY);
   std::fill(w.l, w.l + strips * kLanes, 0.0f);
@@ -124,10 +163,22 @@ void attend_tiled_impl(const AttnCall& c, const AttnSeq& s, TileShape t, int64_t
     if (lo >= hi) continue;  // a tile between the bands of a sliding window
 
     s.keys.offsets(j0, bc, w.k_off, w.v_off);
-    rows_to_strips<DT>(s.keys.k, w.k_off, bc, D, w.kt, kv_ss);
-    rows_to_strips<DT>(s.keys.v, w.v_off, bc, D, w.vt, kv_ss);
-
-    gemm<ALayout::rows, CInit::zero>(bc, hi - lo, D, w.kt, kv_ss, w.qt + lo * q_ss, q_ss, w.st + lo * kv_ss, kv_ss);
+#if defined(FLASH_AVX512_BF16)
+    if constexpr (kDotBf16<DT>) {
+      if (dot) {
+        for (int64_t j = 0; j < bc; ++j)
+          std::memcpy(w.kp + j * (D / 2), static_cast<const uint16_t*>(s.keys.k) + w.k_off[j], size_t(D) * 2);
+        pack_key_pairs(s.keys.v, w.v_off, bc, D, w.vp);
+        gemm_bf16<ALayout::rows, CInit::zero>(bc, hi - lo, D / 2, w.kp, D / 2, w.qp + lo * qp_ss, qp_ss,
+                                              w.st + lo * kv_ss, kv_ss, nullptr, c.q_scale);
+      }
+    }
+#endif
+    if (!dot) {
+      rows_to_strips<DT>(s.keys.k, w.k_off, bc, D, w.kt, kv_ss);
+      rows_to_strips<DT>(s.keys.v, w.v_off, bc, D, w.vt, kv_ss);
+      gemm<ALayout::rows, CInit::zero>(bc, hi - lo, D, w.kt, kv_ss, w.qt + lo * q_ss, q_ss, w.st + lo * kv_ss, kv_ss);
+    }
     for (int64_t k = lo; k < hi; ++k) {
       DropoutLanes drop = dropout_lanes(c.dropout);
       const OnlineSoftmaxFn softmax = online_softmax_for(c.softcap(), c.alibi(), !strip[k].all_visible);
@@ -135,8 +186,25 @@ void attend_tiled_impl(const AttnCall& c, const AttnSeq& s, TileShape t, int64_t
                                  SoftmaxState{w.m + k * kLanes, w.l + k * kLanes}, c.dropout_on() ? &drop : nullptr);
       store(w.alpha + k * kLanes, alpha);
     }
-    gemm<ALayout::transposed, CInit::load_scaled>(D, hi - lo, bc, w.vt, kv_ss, w.st + lo * kv_ss, kv_ss,
-                                                  w.ot + lo * q_ss, q_ss, w.alpha + lo * kLanes);
+#if defined(FLASH_AVX512_BF16)
+    if constexpr (kDotBf16<DT>) {
+      if (dot) {
+        const int64_t pairs = (bc + 1) / 2;
+        for (int64_t k = lo; k < hi; ++k) {
+          const float* p = w.st + k * kv_ss;
+          for (int64_t u = 0; u < pairs; ++u)
+            _mm512_storeu_si512(
+                w.pp + k * pp_ss + u * kLanes,
+                pair_words(load(p + 2 * u * kLanes), 2 * u + 1 < bc ? load(p + (2 * u + 1) * kLanes) : zeros()));
+        }
+        gemm_bf16<ALayout::transposed, CInit::load_scaled>(D, hi - lo, pairs, w.vp, D, w.pp + lo * pp_ss, pp_ss,
+                                                           w.ot + lo * q_ss, q_ss, w.alpha + lo * kLanes, 1.0f);
+      }
+    }
+#endif
+    if (!dot)
+      gemm<ALayout::transposed, CInit::load_scaled>(D, hi - lo, bc, w.vt, kv_ss, w.st + lo * kv_ss, kv_ss,
+                                                    w.ot + lo * q_ss, q_ss, w.alpha + lo * kLanes);
   }
 
   write_outputs<DT>(c, s, lanes, r0, w.ot, w.m, w.l, w.rows);
@@ -154,4 +222,4 @@ void attend_tiled(const AttnCall& c, const AttnSeq& s, TileShape t, int64_t r0, 
   dispatch_dtype(c.dtype, [&](auto dt) { attend_tiled_impl<decltype(dt)::value>(c, s, t, r0, r1, scratch); });
 }
 
-}  // namespace flashattn::detail::cpu_flash
+}  // namespace flashattn::detail::cpu_flash::FLASH_ISA

@@ -17,7 +17,7 @@
 #include "cpu/flash/convert_tile.h"
 #include "cpu/flash/vec16.h"
 
-namespace flashattn::detail::cpu_flash {
+namespace flashattn::detail::cpu_flash::FLASH_ISA {
 
 // Where key j (0-based among the keys attended) of one (sequence, kv head) lives: element offsets into the
 // storage arrays k and v.
@@ -106,10 +106,10 @@ struct AttnSeq {
   Mask mask(const AttnCall& c) const { return make_mask(c.score, sq, sk); }
 };
 
-// Query row (i, h) in fp32 (rotated when the call has rotary) times q_scale, into dst[0, 16 *
+// Query row (i, h) in fp32 (rotated when the call has rotary) times `scale`, into dst[0, 16 *
 // strips_of(head_dim)), zero-padded.
 template <DType DT>
-void load_query(const AttnCall& c, const AttnSeq& s, int64_t i, int64_t h, float* dst) {
+void load_query(const AttnCall& c, const AttnSeq& s, int64_t i, int64_t h, float* dst, float scale) {
   load_row<DT>(s.q, s.q_start + i * s.q_row_stride + h * s.q_head_stride, c.head_dim, dst);
   if (c.rotary && c.rotary->cos) {
     const RotaryParams& r = *c.rotary;
@@ -124,7 +124,13 @@ void load_query(const AttnCall& c, const AttnSeq& s, int64_t i, int64_t h, float
       dst[i1] = x0 * sn + x1 * cs;
     }
   }
-  for (int64_t d = 0; d < c.head_dim; d += kLanes) store(dst + d, load(dst + d) * splat(c.q_scale));
+  for (int64_t d = 0; d < c.head_dim; d += kLanes) store(dst + d, load(dst + d) * splat(scale));
+}
+
+// The same times q_scale (scores in log2 units straight out of the Q K^T GEMM).
+template <DType DT>
+void load_query(const AttnCall& c, const AttnSeq& s, int64_t i, int64_t h, float* dst) {
+  load_query<DT>(c, s, i, h, dst, c.q_scale);
 }
 
 // Writes one finished row (i, h): out = acc / l (times the dropout rescale), acc holding head_dim floats,
@@ -138,4 +144,4 @@ void write_output_row(const AttnCall& c, const AttnSeq& s, int64_t i, int64_t h,
   if (s.lse) s.lse[h * s.lse_head_stride + i] = l > 0.0f ? (m + std::log2(l)) * kLn2 : std::isnan(l) ? NAN : INFINITY;
 }
 
-}  // namespace flashattn::detail::cpu_flash
+}  // namespace flashattn::detail::cpu_flash::FLASH_ISA

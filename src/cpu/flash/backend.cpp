@@ -21,13 +21,23 @@ std::string check_common(DType dtype, int64_t head_dim) {
 std::string supports_fwd(const FwdProblem& p) { return check_common(p.dtype, p.head_dim); }
 std::string supports_bwd(const BwdProblem& p) { return check_common(p.dtype, p.head_dim); }
 std::string supports_kvcache(const KVCacheProblem& p) { return check_common(p.dtype, p.head_dim); }
+std::string isa() { return cpu_flash::active_isa().name; }
 
 }  // namespace
 
 const Backend& cpu_flash_backend() {
-  static const Backend b{"cpu_flash",           DeviceType::cpu,          supports_fwd,     cpu_flash::forward,
-                         supports_bwd,          cpu_flash::backward,      supports_kvcache, cpu_flash::forward_kvcache,
-                         /*any_head_dim=*/true, /*paged_varlen_fwd=*/true};
+  static const Backend b{"cpu_flash",
+                         DeviceType::cpu,
+                         supports_fwd,
+                         cpu_flash::forward,
+                         supports_bwd,
+                         cpu_flash::backward,
+                         supports_kvcache,
+                         cpu_flash::forward_kvcache,
+                         /*any_head_dim=*/true,
+                         /*paged_varlen_fwd=*/true,
+                         /*default_decline=*/nullptr,
+                         isa};
   return b;
 }
 

@@ -19,10 +19,10 @@
 
 #include "cpu/flash/backward_tile.h"
 #include "cpu/flash/convert_tile.h"
-#include "cpu/flash/flash.h"
+#include "cpu/flash/entry.h"
 #include "cpu/flash/scratch.h"
 
-namespace flashattn::detail::cpu_flash {
+namespace flashattn::detail::cpu_flash::FLASH_ISA {
 
 namespace {
 
@@ -214,4 +214,4 @@ void backward(const BwdProblem& p, Stream) {
     run_split(c, p, jobs, t);
 }
 
-}  // namespace flashattn::detail::cpu_flash
+}  // namespace flashattn::detail::cpu_flash::FLASH_ISA

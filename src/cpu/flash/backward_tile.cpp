@@ -8,7 +8,7 @@
 #include "cpu/flash/microkernel.h"
 #include "cpu/flash/scratch.h"
 
-namespace flashattn::detail::cpu_flash {
+namespace flashattn::detail::cpu_flash::FLASH_ISA {
 
 namespace {
 
@@ -213,4 +213,4 @@ void backward_pair(const AttnCall& c, TileShape t, const QueryBlock& blk, int64_
   if (dq) gemm<ALayout::transposed, CInit::load>(rows, nd, bc, dpt, kv_ss, w.kt, kv_ss, dq + row0, d_ss);
 }
 
-}  // namespace flashattn::detail::cpu_flash
+}  // namespace flashattn::detail::cpu_flash::FLASH_ISA

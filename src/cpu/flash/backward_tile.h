@@ -15,7 +15,7 @@
 #include "cpu/flash/row_lanes.h"
 #include "cpu/flash/tile_config.h"
 
-namespace flashattn::detail::cpu_flash {
+namespace flashattn::detail::cpu_flash::FLASH_ISA {
 
 struct QueryBlock {
   int64_t r0 = 0;  // first packed row
@@ -64,4 +64,4 @@ bool pair_visible(const QueryBlock& blk, int64_t j0, int64_t bc);
 void backward_pair(const AttnCall& c, TileShape t, const QueryBlock& blk, int64_t j0, int64_t bc, const PairScratch& w,
                    bool dkdv, float* dq);
 
-}  // namespace flashattn::detail::cpu_flash
+}  // namespace flashattn::detail::cpu_flash::FLASH_ISA

@@ -11,7 +11,7 @@
 #include "cpu/flash/tile_config.h"
 #include "cpu/flash/vec16.h"
 
-namespace flashattn::detail::cpu_flash {
+namespace flashattn::detail::cpu_flash::FLASH_ISA {
 
 template <DType DT>
 using DTypeTag = std::integral_constant<DType, DT>;
@@ -121,4 +121,4 @@ void rows_to_strips(const void* base, const int64_t* offsets, int64_t n, int64_t
   for (int64_t j = 0; j < n; ++j) row_to_strips<DT>(base, offsets[j], dim, tile, ss, j);
 }
 
-}  // namespace flashattn::detail::cpu_flash
+}  // namespace flashattn::detail::cpu_flash::FLASH_ISA

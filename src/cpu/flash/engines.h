@@ -9,7 +9,7 @@
 #include "cpu/flash/attn_job.h"
 #include "cpu/flash/tile_config.h"
 
-namespace flashattn::detail::cpu_flash {
+namespace flashattn::detail::cpu_flash::FLASH_ISA {
 
 // Tiled FlashAttention-2 forward of packed rows [r0, r1) (at most shape.q_rows) of one (sequence, kv
 // head): writes their output rows and LSE. `scratch` holds tiled_scratch_floats(c, shape) floats.
@@ -39,4 +39,4 @@ void finish_decode(const AttnCall& c, const AttnSeq& s, const DecodePartial* par
 void attend_all(const AttnCall& c, const std::vector<AttnSeq>& seqs,
                 const std::function<void()>& before_writes = nullptr);
 
-}  // namespace flashattn::detail::cpu_flash
+}  // namespace flashattn::detail::cpu_flash::FLASH_ISA

@@ -3,9 +3,9 @@
 #include <vector>
 
 #include "cpu/flash/engines.h"
-#include "cpu/flash/flash.h"
+#include "cpu/flash/entry.h"
 
-namespace flashattn::detail::cpu_flash {
+namespace flashattn::detail::cpu_flash::FLASH_ISA {
 
 void forward(const FwdProblem& p, Stream) {
   const AttnCall c = make_call(p.dtype, p.heads, p.heads_k, p.head_dim, p.score, p.dropout);
@@ -52,4 +52,4 @@ void forward(const FwdProblem& p, Stream) {
   attend_all(c, seqs);
 }
 
-}  // namespace flashattn::detail::cpu_flash
+}  // namespace flashattn::detail::cpu_flash::FLASH_ISA

@@ -8,9 +8,9 @@
 
 #include "cpu/common/elem.h"
 #include "cpu/flash/engines.h"
-#include "cpu/flash/flash.h"
+#include "cpu/flash/entry.h"
 
-namespace flashattn::detail::cpu_flash {
+namespace flashattn::detail::cpu_flash::FLASH_ISA {
 
 namespace {
 
@@ -109,4 +109,4 @@ void forward_kvcache(const KVCacheProblem& p, Stream) {
   });
 }
 
-}  // namespace flashattn::detail::cpu_flash
+}  // namespace flashattn::detail::cpu_flash::FLASH_ISA

@@ -16,7 +16,7 @@
 #include "cpu/flash/tile_config.h"
 #include "cpu/flash/vec16.h"
 
-namespace flashattn::detail::cpu_flash {
+namespace flashattn::detail::cpu_flash::FLASH_ISA {
 
 enum class ALayout { rows, transposed };
 enum class CInit {
@@ -100,4 +100,4 @@ void gemm(int64_t M, int64_t n_strips, int64_t K, const float* a, int64_t a_ss, 
   }
 }
 
-}  // namespace flashattn::detail::cpu_flash
+}  // namespace flashattn::detail::cpu_flash::FLASH_ISA

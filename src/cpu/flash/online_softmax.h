@@ -10,7 +10,7 @@
 #include "cpu/flash/row_lanes.h"
 #include "cpu/flash/vec16.h"
 
-namespace flashattn::detail::cpu_flash {
+namespace flashattn::detail::cpu_flash::FLASH_ISA {
 
 // Running state of 16 rows: max m (log2 units, -inf before any visible key) and sum l of exp2(s - m).
 struct SoftmaxState {
@@ -66,4 +66,4 @@ inline OnlineSoftmaxFn online_softmax_for(bool softcap, bool alibi, bool masked)
   return table[softcap][alibi][masked];
 }
 
-}  // namespace flashattn::detail::cpu_flash
+}  // namespace flashattn::detail::cpu_flash::FLASH_ISA

@@ -11,7 +11,7 @@
 #include "cpu/flash/attn_job.h"
 #include "cpu/flash/vec16.h"
 
-namespace flashattn::detail::cpu_flash {
+namespace flashattn::detail::cpu_flash::FLASH_ISA {
 
 struct RowLanes {
   int64_t n = 0;               // valid rows; lanes n..16*strips-1 are padding that sees no key
@@ -122,4 +122,4 @@ struct DropoutLanes {
 
 inline DropoutLanes dropout_lanes(const DropoutParams& d) { return DropoutLanes{&d, dropout_threshold(d.p)}; }
 
-}  // namespace flashattn::detail::cpu_flash
+}  // namespace flashattn::detail::cpu_flash::FLASH_ISA

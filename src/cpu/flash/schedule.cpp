@@ -16,7 +16,7 @@
 #include "cpu/flash/engines.h"
 #include "cpu/flash/scratch.h"
 
-namespace flashattn::detail::cpu_flash {
+namespace flashattn::detail::cpu_flash::FLASH_ISA {
 
 namespace {
 
@@ -173,4 +173,4 @@ void attend_all(const AttnCall& c, const std::vector<AttnSeq>& seqs, const std::
   }
 }
 
-}  // namespace flashattn::detail::cpu_flash
+}  // namespace flashattn::detail::cpu_flash::FLASH_ISA

@@ -14,7 +14,7 @@
 
 #include "cpu/flash/tile_config.h"
 
-namespace flashattn::detail::cpu_flash {
+namespace flashattn::detail::cpu_flash::FLASH_ISA {
 
 // Hands out consecutive regions of a buffer, each starting on a 64-byte boundary. Used twice per engine:
 // once on a null base to measure the arena size, then on the real arena.
@@ -54,4 +54,4 @@ class ThreadArenas {
   std::unique_ptr<float, FreeDeleter> data_;
 };
 
-}  // namespace flashattn::detail::cpu_flash
+}  // namespace flashattn::detail::cpu_flash::FLASH_ISA

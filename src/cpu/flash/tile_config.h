@@ -6,7 +6,7 @@
 
 #include "cpu/flash/vec16.h"
 
-namespace flashattn::detail::cpu_flash {
+namespace flashattn::detail::cpu_flash::FLASH_ISA {
 
 // Register block of the micro-kernel (microkernel.h): kMicroRows rows x kMicroStrips strips of 16 columns
 // = 24 fp32 accumulators of the 32 zmm registers, leaving room for the 3 B vectors and a broadcast. Per
@@ -66,4 +66,4 @@ constexpr TileShape backward_tiles() { return {96, 64}; }
 constexpr int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 constexpr int64_t strips_of(int64_t columns) { return (columns + kLanes - 1) / kLanes; }
 
-}  // namespace flashattn::detail::cpu_flash
+}  // namespace flashattn::detail::cpu_flash::FLASH_ISA

@@ -26,7 +26,7 @@
 #define FLASH_INLINE inline __attribute__((always_inline))
 #define FLASH_INLINE_LAMBDA __attribute__((always_inline))
 
-namespace flashattn::detail::cpu_flash {
+namespace flashattn::detail::cpu_flash::FLASH_ISA {
 
 constexpr int kLanes = 16;
 constexpr float kLog2e = 1.4426950408889634f;
@@ -312,4 +312,4 @@ FLASH_INLINE Philox16 philox16(Philox16 c, uint32_t key0, uint32_t key1) {
   return c;
 }
 
-}  // namespace flashattn::detail::cpu_flash
+}  // namespace flashattn::detail::cpu_flash::FLASH_ISA

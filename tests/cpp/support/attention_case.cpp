@@ -261,8 +261,9 @@ BwdOutputs reference_backward(const AttnInputs& in) {
 }
 
 Device device_of(const std::string& backend) {
+  const std::string name = backend.substr(0, backend.find('@'));  // "cpu_flash@<isa>": backend_params.h
   for (const flashattn::BackendInfo& b : flashattn::list_backends())
-    if (b.name == backend) return b.device == flashattn::DeviceType::cuda ? Device::cuda(0) : Device::cpu();
+    if (b.name == name) return b.device == flashattn::DeviceType::cuda ? Device::cuda(0) : Device::cpu();
   throw std::runtime_error("device_of: unknown backend " + backend);
 }
 
