@@ -76,29 +76,33 @@ foreach(_d IN LISTS _fa_head_dims)
   list(APPEND FLASHATTN_HEAD_DIM_DEFINITIONS FLASHATTN_HDIM_${_d}=1)
 endforeach()
 
+# Writes build/generated/cuda/<arch>/<dir>_hdim<D>.cu from src/cuda/<arch>/<dir>_hdim.cu.in for each bucket D
+# of `buckets` and each `dir` of `dirs` (fwd, bwd), removes the files of buckets that an earlier configure of
+# this build tree had and this one pruned, and returns the files in `out`.
+function(flashattn_generate_instances out arch dirs buckets)
+  set(_files "")
+  foreach(FLASHATTN_HDIM IN LISTS buckets)
+    foreach(_dir IN LISTS dirs)
+      set(_file ${PROJECT_BINARY_DIR}/generated/cuda/${arch}/${_dir}_hdim${FLASHATTN_HDIM}.cu)
+      configure_file(${PROJECT_SOURCE_DIR}/src/cuda/${arch}/${_dir}_hdim.cu.in ${_file} @ONLY)
+      list(APPEND _files ${_file})
+    endforeach()
+  endforeach()
+  file(GLOB _old ${PROJECT_BINARY_DIR}/generated/cuda/${arch}/*_hdim*.cu)
+  foreach(_f IN LISTS _old)
+    if(NOT _f IN_LIST _files)
+      file(REMOVE ${_f})
+    endif()
+  endforeach()
+  set(${out} ${_files} PARENT_SCOPE)
+endfunction()
+
 function(flashattn_add_cuda_sources target)
   file(GLOB_RECURSE _fa_cuda_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/cuda/*.cu
        ${PROJECT_SOURCE_DIR}/src/cuda/*.cpp)
-  # The Hopper kernels (src/cuda/sm90/*.cu) hold sm_90a instructions only: they are built for 90a alone, in
-  # an object library of their own, and only when the arch list has 90a (below).
-  list(FILTER _fa_cuda_sources EXCLUDE REGEX "/src/cuda/sm90/[^/]*\\.cu$")
   # The sm80 kernel instances: one forward and one backward file per compiled head-dim bucket, generated
   # from src/cuda/sm80/{fwd,bwd}_hdim.cu.in (a pruned bucket has no file).
-  set(_fa_instances "")
-  foreach(FLASHATTN_HDIM IN LISTS _fa_head_dims)
-    foreach(_fa_dir IN ITEMS fwd bwd)
-      set(_fa_instance ${PROJECT_BINARY_DIR}/generated/cuda/sm80/${_fa_dir}_hdim${FLASHATTN_HDIM}.cu)
-      configure_file(${PROJECT_SOURCE_DIR}/src/cuda/sm80/${_fa_dir}_hdim.cu.in ${_fa_instance} @ONLY)
-      list(APPEND _fa_instances ${_fa_instance})
-    endforeach()
-  endforeach()
-  # Files of buckets an earlier configure of this build tree had and this one pruned.
-  file(GLOB _fa_old_instances ${PROJECT_BINARY_DIR}/generated/cuda/sm80/*_hdim*.cu)
-  foreach(_fa_old IN LISTS _fa_old_instances)
-    if(NOT _fa_old IN_LIST _fa_instances)
-      file(REMOVE ${_fa_old})
-    endif()
-  endforeach()
+  flashattn_generate_instances(_fa_instances sm80 "fwd;bwd" "${_fa_head_dims}")
   list(APPEND _fa_cuda_sources ${_fa_instances})
   target_sources(${target} PRIVATE ${_fa_cuda_sources})
   target_compile_definitions(${target} PUBLIC FLASHATTN_WITH_CUDA=1 PRIVATE ${FLASHATTN_HEAD_DIM_DEFINITIONS})
@@ -110,7 +114,14 @@ function(flashattn_add_cuda_sources target)
     set_source_files_properties(${PROJECT_SOURCE_DIR}/src/cuda/decode/decode_backend.cpp
                                 ${PROJECT_SOURCE_DIR}/src/cuda/sm90/backend.cpp TARGET_DIRECTORY ${target}
                                 PROPERTIES COMPILE_DEFINITIONS FLASHATTN_SM90A=1)
-    file(GLOB _fa_sm90_kernels CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/cuda/sm90/*.cu)
+    # The Hopper forward's buckets are 64, 128 and 256 (src/cuda/sm90/fwd_tile.h): one instance file per
+    # compiled one, generated from src/cuda/sm90/fwd_hdim.cu.in like sm80's. They hold sm_90a instructions
+    # only, so they are built for 90a alone, in an object library of their own.
+    set(_fa_sm90_buckets ${_fa_head_dims})
+    list(FILTER _fa_sm90_buckets INCLUDE REGEX "^(64|128|256)$")
+    flashattn_generate_instances(_fa_sm90_kernels sm90 "fwd" "${_fa_sm90_buckets}")
+  endif()
+  if(_fa_sm90a_archs AND _fa_sm90_kernels)
     add_library(${target}_sm90_kernels OBJECT ${_fa_sm90_kernels})
     set_target_properties(${target}_sm90_kernels PROPERTIES CUDA_ARCHITECTURES 90a POSITION_INDEPENDENT_CODE ON
                                                             CUDA_SEPARABLE_COMPILATION OFF)
