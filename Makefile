@@ -29,14 +29,15 @@ build: configure
 test-cpp: build
 	cd $(BUILD) && $(abspath $(CTEST)) --output-on-failure -j $(JOBS) --no-tests=error
 
-# The Python package is built without CUDA here: its tests run on CPU arrays and CPU torch tensors (numpy,
-# torch, torch.compile, transformers), and the CUDA kernels are already compiled (and so checked) by the C++
-# build above. FLASHATTN_REQUIRE_TORCH makes a missing torch or transformers a failure, not a skip.
+# The Python package is built without CUDA and with one instruction-set build of cpu_flash here: its tests
+# run on CPU arrays and CPU torch tensors (numpy, torch, torch.compile, transformers), and the CUDA kernels and
+# the portable CPU build are already compiled (and so checked) by the C++ build above.
+# FLASHATTN_REQUIRE_TORCH makes a missing torch or transformers a failure, not a skip.
 setup-torch:
 	./scripts/setup.sh --torch
 
 test-python: setup-torch
-	$(PY) -m pip install -q --no-build-isolation -C cmake.define.FLASHATTN_CUDA=OFF .
+	$(PY) -m pip install -q --no-build-isolation -C cmake.define.FLASHATTN_CUDA=OFF -C cmake.define.FLASHATTN_NATIVE=ON .
 	FLASHATTN_REQUIRE_TORCH=1 $(PY) -m pytest -q tests/python
 
 TEST_FUZZ_TIME ?= 60
@@ -66,8 +67,11 @@ clean:
 SAN_CXX ?= clang++
 SAN_TEST_FILTER ?= *
 FUZZ_TIME ?= 120
+# One instruction-set build of cpu_flash (this machine's, FLASHATTN_NATIVE) under the sanitizers: the portable
+# build's four copies are the same source, and `make test-cpp` runs the catalogue on each of them.
 SAN_CONFIGURE = $(CMAKE) -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV)/bin/ninja) -DCMAKE_CXX_COMPILER=$(SAN_CXX) \
-                -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFLASHATTN_CUDA=OFF -DFLASHATTN_MPI=OFF -DFLASHATTN_BUILD_BENCH=OFF
+                -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFLASHATTN_CUDA=OFF -DFLASHATTN_MPI=OFF -DFLASHATTN_BUILD_BENCH=OFF \
+                -DFLASHATTN_NATIVE=ON
 ASAN_OPTS = abort_on_error=1:detect_leaks=1:detect_stack_use_after_return=1
 SAN_ENV = UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
           LSAN_OPTIONS=suppressions=$(abspath tests/sanitizers/lsan.supp)
