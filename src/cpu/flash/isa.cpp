@@ -4,6 +4,10 @@
 
 #include "cpu/flash/flash.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 namespace flashattn::detail::cpu_flash {
 
 #define FLASH_DECLARE_ISA(isa) \
@@ -30,13 +34,23 @@ FLASH_DECLARE_ISA(generic)
 namespace {
 
 #if defined(__x86_64__) || defined(__i386__)
+// Bit `bit` of register `reg` (0 eax, 1 ebx, 2 ecx, 3 edx) of CPUID leaf `leaf`, for the features that
+// clang's __builtin_cpu_supports does not name (f16c, movbe, lzcnt); none of them needs OS support beyond
+// the AVX state that the avx2 check below covers.
+bool cpuid_bit(unsigned leaf, int reg, int bit) {
+  unsigned r[4] = {0, 0, 0, 0};
+  if (!__get_cpuid(leaf, &r[0], &r[1], &r[2], &r[3])) return false;
+  return (r[reg] >> bit) & 1u;
+}
+
 // What each build was compiled with (-march=x86-64-v3 / -v4 and -mavx512bf16), as CPUID reports it.
 // __builtin_cpu_supports also checks that the OS saves the registers (XCR0), not only the CPUID bits.
 bool cpu_has_x86_64_v3() {
   __builtin_cpu_init();
+  const bool f16c = cpuid_bit(1, 2, 29), movbe = cpuid_bit(1, 2, 22), lzcnt = cpuid_bit(0x80000001u, 2, 5);
   return __builtin_cpu_supports("popcnt") && __builtin_cpu_supports("sse4.2") && __builtin_cpu_supports("avx2") &&
-         __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi") &&
-         __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("lzcnt") && __builtin_cpu_supports("movbe");
+         __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2") && f16c &&
+         movbe && lzcnt;
 }
 bool cpu_has_x86_64_v4() {
   return cpu_has_x86_64_v3() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
