@@ -113,7 +113,7 @@ HostTensor i32_tensor(const std::vector<int32_t>& values) { return i32_tensor(va
 HostTensor i32_tensor(const std::vector<int32_t>& values, std::vector<int64_t> shape) {
   HostTensor t(DType::i32, std::move(shape));
   if (int64_t(values.size()) != t.numel()) throw std::runtime_error("i32_tensor: size mismatch");
-  std::memcpy(t.data(), values.data(), values.size() * sizeof(int32_t));
+  if (!values.empty()) std::memcpy(t.data(), values.data(), values.size() * sizeof(int32_t));
   return t;
 }
 
