@@ -19,7 +19,7 @@
 # flashattn-bench (--impl cuda_sm90,cuda_sm80), with the ping-pong off and on (FLASHATTN_SM90_PINGPONG).
 # Its steps' limits add up to 510 s: run it alone (`--only sm90`) in one device call.
 #
-# Binaries: .gpu/bin.tgz (or .gpu/bin/) staged on a build machine by scripts/stage-gpu.sh, or built here
+# Binaries: .gpu/bin.txz (or .gpu/bin/) staged on a build machine by scripts/stage-gpu.sh, or built here
 # with --build (needs GoogleTest). Python: the wheel in .gpu/wheels/, installed with --no-index.
 #
 # Usage: scripts/gpu-check.sh [--build] [--tests FILTER] [--only STEPS] [--limits "tests=110 compare=100 ..."]
@@ -86,8 +86,8 @@ if ((do_build)); then
   step build 900 bash -c "cmake -S . -B build-gpu -G Ninja -DFLASHATTN_CUDA=ON -DFLASHATTN_CUDA_ARCHS=90a \
       && cmake --build build-gpu -j \$(nproc) --target flashattn_tests flashattn-bench"
   mkdir -p "$BIN" && cp build-gpu/tests/cpp/flashattn_tests build-gpu/tools/bench/flashattn-bench "$BIN/"
-elif [ -f "$ROOT/.gpu/bin.tgz" ]; then
-  mkdir -p "$BIN" && tar -xzf "$ROOT/.gpu/bin.tgz" -C "$BIN"
+elif [ -f "$ROOT/.gpu/bin.txz" ]; then
+  mkdir -p "$BIN" && tar -xJf "$ROOT/.gpu/bin.txz" -C "$BIN"
 fi
 TESTS=$BIN/flashattn_tests
 BENCH=$BIN/flashattn-bench
