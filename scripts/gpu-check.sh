@@ -176,7 +176,7 @@ if wants sm90; then
   step sm90-tests-pingpong 60 env FLASHATTN_SM90_PINGPONG=1 "$TESTS" --gtest_filter='CudaSm90.*' --gtest_brief=1
   for tool in memcheck racecheck synccheck; do
     step "sm90-sanitizer-$tool" 50 compute-sanitizer --tool "$tool" --error-exitcode 99 "$TESTS" \
-      --gtest_filter='CudaSm90.ForwardAtTileAndStageBoundaries' --gtest_brief=1
+      --gtest_filter='CudaSm90.ForwardAtTileAndStageBoundaries:CudaSm90.VarlenAndScoreModsAtSequenceEdges' --gtest_brief=1
   done
   step sm90-sass 20 scripts/sass-check.sh "$TESTS"
   [ -n "$wheel" ] && step sm90-compare 100 env FLASHATTN_ENABLE_SM90=1 python3 bench/compare_torch.py \

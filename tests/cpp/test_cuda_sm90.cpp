@@ -451,6 +451,34 @@ TEST(CudaSm90, ForwardAtTileAndStageBoundaries) {
       }
 }
 
+// Varlen: each sequence's boxes run past its last row into the next sequence's rows (the maps span the
+// packed tensors), which the mask must hide and the epilogue must not store. Sequences of 0, 1, 63, 129
+// and 300 queries against 0, 1, 81, 128 and 700 keys in shuffled pairings (an empty sequence between full
+// ones; a key count past the two-stage ring), causal and not, with softcap and ALiBi on some (the general
+// instance), at each bucket.
+TEST(CudaSm90, VarlenAndScoreModsAtSequenceEdges) {
+  FA_SKIP_WITHOUT_GPU(kBackend);
+  uint64_t seed = 1900;
+  const std::vector<std::vector<int64_t>> q_lens = {{63, 0, 300, 1, 129}, {129, 1, 0, 300, 63}};
+  const std::vector<std::vector<int64_t>> k_lens = {{700, 81, 1, 128, 0}, {1, 128, 700, 81, 129}};
+  for (int64_t dim : {64, 128, 256, 96})
+    for (size_t pairing = 0; pairing < q_lens.size(); ++pairing)
+      for (bool causal : {false, true}) {
+        AttnConfig c;
+        c.dtype = (seed % 2) ? flashattn::DType::bf16 : flashattn::DType::f16;
+        c.head_dim = dim;
+        c.heads = 4;
+        c.heads_k = 2;
+        c.varlen_q = q_lens[pairing];
+        c.varlen_k = k_lens[pairing];
+        c.causal = causal;
+        c.softcap = (seed % 3 == 0) ? 30.0f : 0.0f;
+        c.alibi = seed % 3 == 1;
+        expect_sm90_forward(c, ++seed);
+        if (HasFatalFailure() || IsSkipped()) return;
+      }
+}
+
 // Bitwise identical results run to run (one tile per CTA, a fixed order of every sum), causal with GQA at
 // each bucket.
 TEST(CudaSm90, ForwardIsBitwiseRepeatable) {

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "api/backends.h"
+#include "cuda/attn/score_args.h"
 #include "cuda/common/device_guard.h"
 #include "cuda/common/launch.h"
 #include "cuda/sm90/fwd_tile.h"
@@ -63,16 +64,24 @@ constexpr bool bucket_compiled(int bucket) {
   return compiled;
 }
 
-// Launches the (dtype, bucket) kernel; only compiled buckets are referenced.
+// Launches the (dtype, bucket, instance) kernel; only compiled buckets are referenced.
 template <int kBucket>
-void run_bucket(const cuda::sm90::FwdArgs& args, DType dtype, cudaStream_t stream) {
+void run_bucket(const cuda::sm90::FwdArgs& args, DType dtype, bool general, cudaStream_t stream) {
   if constexpr (bucket_compiled(kBucket)) {
     if (dtype == DType::bf16)
-      cuda::sm90::run_fwd<__nv_bfloat16, kBucket>(args, stream);
+      general ? cuda::sm90::run_fwd<__nv_bfloat16, kBucket, true>(args, stream)
+              : cuda::sm90::run_fwd<__nv_bfloat16, kBucket, false>(args, stream);
     else
-      cuda::sm90::run_fwd<__half, kBucket>(args, stream);
+      general ? cuda::sm90::run_fwd<__half, kBucket, true>(args, stream)
+              : cuda::sm90::run_fwd<__half, kBucket, false>(args, stream);
   }
 }
+
+// Rows and sequences of the TMA maps: a varlen call's q and k are packed (total rows, heads) tensors, one
+// "sequence" of all their rows, and the kernel adds each sequence's first row (cu_seqlens) itself.
+int64_t map_rows_q(const FwdProblem& p) { return p.varlen() ? p.total_q : p.seqlen_q; }
+int64_t map_rows_k(const FwdProblem& p) { return p.varlen() ? p.total_k : p.seqlen_k; }
+int64_t map_batch(const FwdProblem& p) { return p.varlen() ? 1 : p.batch; }
 
 std::string device_reason(int device) {
   int major = 0, minor = 0;
@@ -100,21 +109,19 @@ std::string supports_fwd(const FwdProblem& p) {
     return "head_dim " + std::to_string(p.head_dim) + " (a multiple of 8 in (32, 256])";
   if (!bucket_compiled(bucket))
     return "head_dim bucket " + std::to_string(bucket) + " not compiled (FLASHATTN_HEAD_DIMS)";
-  if (p.varlen()) return "varlen (cu_seqlens) not yet implemented";
+  if (p.paged_kv()) return "paged K/V (block_table) not yet implemented";
   if (p.dropout.p > 0.0f) return "dropout not yet implemented";
-  if (p.score.softcap != 0.0f) return "softcap not yet implemented";
-  if (p.score.alibi_slopes != nullptr) return "ALiBi not yet implemented";
-  if (!(p.score.softmax_scale > 0.0f)) return "a softmax_scale <= 0 (the softmax folds a positive scale into exp2)";
-  // TMA coordinates are int32; rows, heads and batch index the maps directly.
+  // TMA coordinates are int32; rows (packed rows for varlen), heads and batch index the maps directly.
   constexpr int64_t kMaxCoord = int64_t(1) << 30;
-  if (p.seqlen_q > kMaxCoord || p.seqlen_k > kMaxCoord || p.heads > kMaxCoord || p.batch > kMaxCoord)
+  if (map_rows_q(p) > kMaxCoord || map_rows_k(p) > kMaxCoord || p.seqlen_q > kMaxCoord || p.seqlen_k > kMaxCoord ||
+      p.heads > kMaxCoord || p.batch > kMaxCoord)
     return "a dimension above 2^30 (32-bit TMA coordinates)";
   const int64_t tiles = cuda::ceil_div(p.seqlen_q, fwd_tile(bucket).block_m) * p.heads * p.batch;
   if (tiles > cuda::kMaxGridX) return "the forward needs " + std::to_string(tiles) + " CTAs, above 2^31 - 1";
   for (const auto& [view, rows, heads, name] :
-       {std::tuple{p.q, p.seqlen_q, p.heads, "q"}, std::tuple{p.k, p.seqlen_k, p.heads_k, "k"},
-        std::tuple{p.v, p.seqlen_k, p.heads_k, "v"}})
-    if (std::string r = cuda::sm90::tma_view_reason(view, 2, rows, heads, p.batch, name); !r.empty()) return r;
+       {std::tuple{p.q, map_rows_q(p), p.heads, "q"}, std::tuple{p.k, map_rows_k(p), p.heads_k, "k"},
+        std::tuple{p.v, map_rows_k(p), p.heads_k, "v"}})
+    if (std::string r = cuda::sm90::tma_view_reason(view, 2, rows, heads, map_batch(p), name); !r.empty()) return r;
   // out is written with 16-byte stores (the epilogue's chunks).
   if (reinterpret_cast<uintptr_t>(p.out.ptr) % 16 != 0 || p.out.row_stride % 8 != 0 || p.out.head_stride % 8 != 0 ||
       p.out.batch_stride % 8 != 0)
@@ -145,16 +152,18 @@ void run_fwd(const FwdProblem& p, Stream stream) {
   args.num_m_blocks = int(cuda::ceil_div(p.seqlen_q, tile.block_m));
   args.pingpong = pingpong_enabled();
   if (int64_t(args.num_m_blocks) * p.heads * p.batch == 0) return;
-  args.q_map = cuda::sm90::make_rows_map(p.q, p.dtype, p.head_dim, p.seqlen_q, p.heads, p.batch, tile.block_m);
-  args.k_map = cuda::sm90::make_rows_map(p.k, p.dtype, p.head_dim, p.seqlen_k, p.heads_k, p.batch, tile.block_n);
-  args.v_map = cuda::sm90::make_rows_map(p.v, p.dtype, p.head_dim, p.seqlen_k, p.heads_k, p.batch, tile.block_n);
+  const int64_t batch = map_batch(p);
+  args.q_map = cuda::sm90::make_rows_map(p.q, p.dtype, p.head_dim, map_rows_q(p), p.heads, batch, tile.block_m);
+  args.k_map = cuda::sm90::make_rows_map(p.k, p.dtype, p.head_dim, map_rows_k(p), p.heads_k, batch, tile.block_n);
+  args.v_map = cuda::sm90::make_rows_map(p.v, p.dtype, p.head_dim, map_rows_k(p), p.heads_k, batch, tile.block_n);
   const auto s = static_cast<cudaStream_t>(stream);
+  const bool general = cuda::attn::needs_general_fwd(p);
   if (bucket == 64)
-    run_bucket<64>(args, p.dtype, s);
+    run_bucket<64>(args, p.dtype, general, s);
   else if (bucket == 128)
-    run_bucket<128>(args, p.dtype, s);
+    run_bucket<128>(args, p.dtype, general, s);
   else
-    run_bucket<256>(args, p.dtype, s);
+    run_bucket<256>(args, p.dtype, general, s);
 #else
   (void)p;
   (void)stream;

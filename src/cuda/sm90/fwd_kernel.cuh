@@ -2,7 +2,11 @@
 
 // The Hopper forward (cuda_sm90): warp-specialised, TMA loads into a ring of shared-memory stages guarded
 // by mbarriers, wgmma products. One CTA per (query tile, head, sequence); docs/kernels.md, "cuda_sm90
-// forward", has the design and the budgets. Roles:
+// forward", has the design and the budgets. kGeneral: the instance for calls with softcap or ALiBi (their
+// logit transform on the accumulators before the mask); the other instance folds the scale into exp2. Varlen
+// calls (cu_seqlens) read each sequence's rows out of the packed tensors: a box that runs past a sequence's
+// last row reads the next sequence's rows (TMA's bounds are the whole tensor's), which the mask hides (keys)
+// or the epilogue does not store (queries). Roles:
 //   warpgroup 0, the producer (setmaxnreg down to Tile.producer_regs): one thread issues the TMA of the
 //     CTA's Q tile (once, on q_full) and of each visited K/V tile into stage j % stages (K on k_full, V on
 //     v_full), after waiting for that stage's `empty` barrier (pipeline.h has the phases);
@@ -103,21 +107,25 @@ struct FwdConsumer {
 // Where the CTA's tile lies: one CTA per (query tile, head, sequence), query tiles of a head consecutive and
 // heaviest (last, under a causal mask) first, as sm80's per-head order.
 struct Sm90TilePlace {
-  int64_t b = 0, h = 0, m0 = 0;
-  int valid_rows = 0;
+  int64_t b = 0, h = 0, m0 = 0;  // m0: the tile's first query row in its sequence
+  SeqRange seq;                  // the sequence's rows in q and k (common/score.h; clamped values)
+  int valid_rows = 0;            // 0: none (a varlen sequence shorter than max_seqlen_q)
   int n_begin = 0, n_end = 0;
 };
 
 template <int kBlockM, int kBlockN>
-__device__ __forceinline__ Sm90TilePlace place_tile(const FwdArgs& args, const Mask& mask) {
+__device__ __forceinline__ Sm90TilePlace place_tile(const FwdArgs& args) {
   Sm90TilePlace t;
   const int m_block = args.num_m_blocks - 1 - int(blockIdx.x % unsigned(args.num_m_blocks));
   const int64_t head_seq = blockIdx.x / unsigned(args.num_m_blocks);
   t.h = head_seq % args.p.heads;
   t.b = head_seq / args.p.heads;
+  t.seq = seq_range(args.p, t.b);
   t.m0 = int64_t(m_block) * kBlockM;
-  const int64_t rows = args.p.seqlen_q - t.m0;
+  if (t.m0 >= t.seq.sq) return t;
+  const int64_t rows = t.seq.sq - t.m0;
   t.valid_rows = int(rows < kBlockM ? rows : kBlockM);
+  const Mask mask = make_mask(args.p.score, t.seq.sq, t.seq.sk);
   const attn::Range keys = attn::keys_for_rows(mask, t.m0, t.m0 + t.valid_rows - 1);
   t.n_begin = int(keys.begin / kBlockN);
   t.n_end = keys.end > keys.begin ? int((keys.end + kBlockN - 1) / kBlockN) : t.n_begin;
@@ -127,7 +135,7 @@ __device__ __forceinline__ Sm90TilePlace place_tile(const FwdArgs& args, const M
 // Named barriers (0 is __syncthreads): the epilogue's, one per consumer warpgroup, and the ping-pong turns.
 inline constexpr uint32_t kEpilogueBarrier = 1, kTurnBarrier = 3;
 
-template <typename T, int kHeadDim>
+template <typename T, int kHeadDim, bool kGeneral>
 __global__ void __launch_bounds__(fwd_tile(kHeadDim).threads(), 1) fwd_kernel(const __grid_constant__ FwdArgs args) {
   constexpr Sm90FwdTile kTile = fwd_tile(kHeadDim);
   constexpr int kBlockM = kTile.block_m, kBlockN = kTile.block_n, kStages = kTile.stages;
@@ -152,8 +160,9 @@ __global__ void __launch_bounds__(fwd_tile(kHeadDim).threads(), 1) fwd_kernel(co
   const auto empty = [&](int s) { return q_full + 8u * uint32_t(1 + 2 * kStages + s); };
 
   const FwdProblem& p = args.p;
-  const Mask mask = make_mask(p.score, p.seqlen_q, p.seqlen_k);
-  const Sm90TilePlace t = place_tile<kBlockM, kBlockN>(args, mask);
+  const Sm90TilePlace t = place_tile<kBlockM, kBlockN>(args);
+  if (t.valid_rows == 0) return;  // uniform over the CTA, before any barrier
+  const Mask mask = make_mask(p.score, t.seq.sq, t.seq.sk);
   const int warpgroup = int(threadIdx.x) / kWarpgroupThreads;
 
   if (threadIdx.x == 0) {
@@ -173,13 +182,15 @@ __global__ void __launch_bounds__(fwd_tile(kHeadDim).threads(), 1) fwd_kernel(co
     async::prefetch_tensormap(&args.q_map);
     async::prefetch_tensormap(&args.k_map);
     async::prefetch_tensormap(&args.v_map);
-    const int h = int(t.h), hk = int(t.h / args.group), b = int(t.b);
+    // Dense maps index (row in the sequence, head, sequence); varlen maps (packed row, head, 0).
+    const int h = int(t.h), hk = int(t.h / args.group), b = p.cu_seqlens_q != nullptr ? 0 : int(t.b);
+    const int q_row0 = int(t.seq.q_start + t.m0), k_row0 = int(t.seq.k_start);
     // Q: rows past the sequence arrive as zeros (the map's bounds); the byte count is the whole box's.
     async::mbarrier_arrive_expect_tx(q_full, uint32_t(kTile.q_bytes()));
 #pragma unroll
     for (int pnl = 0; pnl < kPanels; ++pnl)
       async::tma_load_4d(base + uint32_t(pnl * kBlockM) * kPanelRowBytes, &args.q_map, q_full, pnl * int(kPanelCols),
-                         int(t.m0), h, b);
+                         q_row0, h, b);
     PipelineState<kStages> st;
     for (int n = t.n_begin; n < t.n_end; ++n) {
       async::mbarrier_wait(empty(st.stage), st.empty_parity());
@@ -189,12 +200,12 @@ __global__ void __launch_bounds__(fwd_tile(kHeadDim).threads(), 1) fwd_kernel(co
 #pragma unroll
       for (int pnl = 0; pnl < kPanels; ++pnl)
         async::tma_load_4d(k_dst + uint32_t(pnl * kBlockN) * kPanelRowBytes, &args.k_map, k_full(st.stage),
-                           pnl * int(kPanelCols), n * kBlockN, hk, b);
+                           pnl * int(kPanelCols), k_row0 + n * kBlockN, hk, b);
       async::mbarrier_arrive_expect_tx(v_full(st.stage), uint32_t(kTile.kv_bytes()));
 #pragma unroll
       for (int pnl = 0; pnl < kPanels; ++pnl)
         async::tma_load_4d(v_dst + uint32_t(pnl * kBlockN) * kPanelRowBytes, &args.v_map, v_full(st.stage),
-                           pnl * int(kPanelCols), n * kBlockN, hk, b);
+                           pnl * int(kPanelCols), k_row0 + n * kBlockN, hk, b);
       st.advance();
     }
     return;
@@ -217,13 +228,17 @@ __global__ void __launch_bounds__(fwd_tile(kHeadDim).threads(), 1) fwd_kernel(co
   // Q is waited for even without keys: the epilogue stages O in Q's rows, which TMA may still be writing.
   async::mbarrier_wait(q_full, 0);
   float s[1][Consumer::kSFrags][4];  // one 16-row fragment row per warp: sm80's [mf][f][e] view
-  // Mask and online softmax of key tile n in s (P afterwards), and O's rescale.
+  attn::ScoreArgs score_args;
+  score_args.scale_log2 = args.scale_log2;
+  const attn::ScoreFn score = attn::ScoreFn::make(p.score, score_args, t.b, t.h);
+  // Logits (kGeneral), mask and online softmax of key tile n in s (P afterwards), and O's rescale.
   const auto softmax_tile = [&](int n) {
     const int64_t key0 = int64_t(n) * kBlockN;
+    if constexpr (kGeneral) attn::logits_rowmajor(s, score, mask, t.m0 + warp_row0, key0, lane);
     if (!attn::tile_fully_visible(mask, t.m0, t.m0 + t.valid_rows - 1, key0, key0 + kBlockN - 1))
       attn::mask_rowmajor(s, mask, t.m0 + warp_row0, key0, lane);
     float rescale[1][2];
-    softmax.update(s, rescale, args.scale_log2);
+    softmax.update(s, rescale, kGeneral ? 1.0f : args.scale_log2);
     // Every factor is exactly 1 once a warp's row maxima stop growing: skip the multiplies then (a
     // warp-uniform vote; the product that reads o is warpgroup-wide but reads it only after its fence).
     if (__any_sync(0xffffffffu, rescale[0][0] != 1.0f || rescale[0][1] != 1.0f)) {
@@ -280,11 +295,11 @@ __global__ void __launch_bounds__(fwd_tile(kHeadDim).threads(), 1) fwd_kernel(co
   const float scale[2] = {softmax.out_scale(0, 0, 1.0f), softmax.out_scale(0, 1, 1.0f)};
   sm80::store_acc<T, QTile>(sq, o, warp_row0, 0, scale, lane);
   async::named_barrier_sync(kEpilogueBarrier + uint32_t(consumer), kWarpgroupThreads);
-  T* out_tile = static_cast<T*>(p.out.ptr) + p.out.offset(t.b, t.m0 + wg_row0, t.h);
+  T* out_tile = static_cast<T*>(p.out.ptr) + p.out.offset(t.b, t.seq.q_start + t.m0 + wg_row0, t.h);
   sm80::store_rows<QTile, kWgmmaRows, kWarpgroupThreads>(out_tile, p.out.row_stride, sq, wg_row0,
                                                          t.valid_rows - wg_row0, int(p.head_dim / 8), tid);
   if (p.lse.ptr != nullptr && (lane & 3) == 0) {
-    float* lse_tile = p.lse.ptr + p.lse.offset(t.b, t.m0, t.h);
+    float* lse_tile = p.lse.ptr + p.lse.offset(t.b, t.seq.q_start + t.m0, t.h);
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int row = warp_row0 + (lane >> 2) + 8 * half;
@@ -293,13 +308,13 @@ __global__ void __launch_bounds__(fwd_tile(kHeadDim).threads(), 1) fwd_kernel(co
   }
 }
 
-// Launches the forward of one (dtype, head-dim bucket); instantiated in fwd_hdim<D>.cu.
-template <typename T, int kHeadDim>
+// Launches the forward of one (dtype, head-dim bucket, instance); instantiated in fwd_hdim<D>.cu.
+template <typename T, int kHeadDim, bool kGeneral>
 void run_fwd(const FwdArgs& args, cudaStream_t stream) {
   constexpr Sm90FwdTile kTile = fwd_tile(kHeadDim);
   const int64_t tiles = int64_t(args.num_m_blocks) * args.p.heads * args.p.batch;
   if (tiles == 0) return;
-  auto kernel = fwd_kernel<T, kHeadDim>;
+  auto kernel = fwd_kernel<T, kHeadDim, kGeneral>;
   allow_dynamic_smem(kernel, size_t(kTile.smem_bytes()), args.p.device.index, "sm90 forward");
   kernel<<<grid_1d(tiles, "sm90 forward"), kTile.threads(), kTile.smem_bytes(), stream>>>(args);
   FA_CUDA_CHECK_LAUNCH("sm90 forward kernel");
