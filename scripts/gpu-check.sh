@@ -174,14 +174,15 @@ if wants sm90; then
   sm90_filter='*cuda_sm90*:CudaSm90*'
   step sm90-tests 100 "$TESTS" --gtest_filter="$sm90_filter" --gtest_brief=1
   step sm90-tests-pingpong 60 env FLASHATTN_SM90_PINGPONG=1 "$TESTS" --gtest_filter='CudaSm90.*' --gtest_brief=1
-  for tool in memcheck racecheck synccheck; do
+  # SM90_SANITIZERS / SM90_COMPARE_ARGS trim the run when little device time is left.
+  for tool in ${SM90_SANITIZERS:-memcheck racecheck synccheck}; do
     step "sm90-sanitizer-$tool" 50 compute-sanitizer --tool "$tool" --error-exitcode 99 "$TESTS" \
       --gtest_filter='CudaSm90.ForwardAtTileAndStageBoundaries:CudaSm90.VarlenAndScoreModsAtSequenceEdges' --gtest_brief=1
   done
   step sm90-sass 20 scripts/sass-check.sh "$TESTS"
   [ -n "$wheel" ] && step sm90-compare 100 env FLASHATTN_ENABLE_SM90=1 python3 bench/compare_torch.py \
-    --out "$OUT/compare_torch_sm90.json" --plot-dir /tmp/plots-sm90 --dims 64,128,256 --dtypes bf16,fp16 --modes fwd \
-    --impls flashattn,flashattn_sm80,sdpa_flash,sdpa_cudnn --rounds 3 --rep 60
+    --out "$OUT/compare_torch_sm90.json" --plot-dir /tmp/plots-sm90 --modes fwd \
+    --impls flashattn,flashattn_sm80,sdpa_flash,sdpa_cudnn ${SM90_COMPARE_ARGS:---dims 64,128,256 --dtypes bf16,fp16 --rounds 3 --rep 60}
   cp /tmp/plots-sm90/*.png "$OUT/" 2>/dev/null
   # The ping-pong's A/B: the same sweep with the switch off and on.
   for pp in 0 1; do
