@@ -96,11 +96,12 @@ std::string supports_fwd(const FwdProblem& p) {
   if (tiles > kMaxFwdTiles)
     return "the forward needs " + std::to_string(tiles) + " query tiles, above 2^30 (32-bit tile indices)";
   // Paged keys are 32-bit positions up to max_blocks_per_seq * page_size (attn/paged_keys.h): a sequence's
-  // length read on the device is clamped to it, not to max_seqlen_k.
+  // length read on the device is clamped to it, not to max_seqlen_k; the page size is a 32-bit divisor
+  // (even where the table has no column and addresses nothing).
   constexpr int64_t kMaxKeyPositions = std::numeric_limits<int32_t>::max() - 256;
-  if (p.paged_kv() && p.paged.capacity > kMaxKeyPositions)
-    return "paged K/V: max_blocks_per_seq * page_size = " + std::to_string(p.paged.capacity) +
-           " key positions, above 2^31 - 257";
+  if (p.paged_kv() && std::max(p.paged.capacity, p.paged.page_size) > kMaxKeyPositions)
+    return "paged K/V: max_blocks_per_seq * page_size = " + std::to_string(p.paged.capacity) + " (page_size " +
+           std::to_string(p.paged.page_size) + ") key positions, above 2^31 - 257";
   return {};
 }
 
