@@ -18,10 +18,24 @@ plots (TFLOP/s against seqlen, one panel per (head_dim, causal, mode)) to --plot
 
     python bench/compare_torch.py --out bench/results/compare_torch.json --plot-dir bench/results
     python bench/compare_torch.py --dims 128 --seqlens 1024,4096 --modes fwd --dtypes bf16   # a subset
+
+--paged: flashattn against itself instead, paged K/V in the varlen forward (vLLM's prefill call), forward
+only, each dtype of --dtypes (bf16 by default then):
+  prefill: --tokens tokens in sequences of each --seqlens length (default 1k-4k), every head dim of --dims
+    (default 64,128), causal and not: flash_attn_varlen_func on contiguous K/V, and on the same keys paged
+    at each --page-sizes size (default 16,256; blocks in shuffled order) with block_table.
+  chunked: one call over a batch mixing --decodes 1-token sequences (context --decode-context keys) with
+    two 2048-token prefill chunks (contexts 2048 and 4096), paged, seqused_k, causal, against the same work
+    as two calls: flash_attn_varlen_func for the chunks and flash_attn_with_kvcache for the decodes.
+  Outputs are compared with the contiguous (prefill) and split (chunked) outputs; the table gives each
+  variant's time over its baseline's (median of per-round ratios).
+
+    python bench/compare_torch.py --paged --out bench/results/paged_varlen.json
 """
 
 import argparse
 import datetime
+import itertools
 import json
 import math
 import os
@@ -73,7 +87,19 @@ def parse_args(argv=None):
     p.add_argument("--out", default="compare_torch.json", help="JSON output path")
     p.add_argument("--plot-dir", default=None, help="folder for PNG plots (default: beside --out)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
-    return p.parse_args(argv)
+    p.add_argument("--paged", action="store_true", help="paged varlen prefill and chunked prefill (see above)")
+    p.add_argument("--page-sizes", type=_int_list, default=(16, 256), help="--paged: page sizes (default 16,256)")
+    p.add_argument("--tokens", type=int, default=TOKENS, help=f"--paged: prefill tokens per call (default {TOKENS})")
+    p.add_argument("--decodes", type=int, default=32, help="--paged: 1-token sequences of the chunked batch")
+    p.add_argument("--decode-context", type=int, default=4096, help="--paged: keys of each decode sequence")
+    args = p.parse_args(argv)
+    if args.paged:
+        defaults = {"dims": ((64, 128), DEFAULT_DIMS), "seqlens": ((1024, 2048, 4096), DEFAULT_SEQLENS),
+                    "dtypes": (("bf16",), DTYPES)}
+        for name, (paged_default, default) in defaults.items():
+            if getattr(args, name) == default:
+                setattr(args, name, paged_default)
+    return args
 
 
 # ------------------------------------------------------------------------------------------ problem
@@ -344,6 +370,130 @@ def git_commit():
         return None
 
 
+# ------------------------------------------------------------------------------------------- --paged
+
+
+def paged_cache(torch, keys, lengths, page_size, gen):
+    """keys (total, Hk, D) of sequences of `lengths`, rows packed in order, as a paged cache (num_blocks,
+    page_size, Hk, D) with the blocks in shuffled order and a spare one; returns (cache, block_table)."""
+    pages = [-(-n // page_size) for n in lengths]
+    num_blocks = sum(pages) + 1
+    order = torch.randperm(num_blocks, generator=gen, device="cpu")
+    cache = torch.zeros((num_blocks, page_size) + tuple(keys.shape[1:]), dtype=keys.dtype, device=keys.device)
+    table = torch.zeros((len(lengths), max(pages)), dtype=torch.int32)
+    start, used = 0, 0
+    for b, n in enumerate(lengths):
+        for i in range(pages[b]):
+            block = int(order[used])
+            used += 1
+            rows = min(page_size, n - i * page_size)
+            cache[block, :rows] = keys[start + i * page_size : start + i * page_size + rows]
+            table[b, i] = block
+        start += n
+    return cache, table.to(keys.device)
+
+
+def cumulative(torch, lengths):
+    return torch.tensor([0] + list(itertools.accumulate(lengths)), dtype=torch.int32, device="cuda")
+
+
+def paged_prefill_runs(torch, fa, dtype, dim, seqlen, causal, args):
+    """{name: fn} of one prefill configuration (contiguous first) and their outputs."""
+    heads, batch = HIDDEN // dim, max(1, args.tokens // seqlen)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn((batch * seqlen, heads, dim), device="cuda", dtype=dtype, generator=gen) for _ in range(3))
+    cu = cumulative(torch, [seqlen] * batch)
+    runs = {"contiguous": lambda: fa.flash_attn_varlen_func(q, k, v, cu, cu, seqlen, seqlen, causal=causal)}
+    for page in args.page_sizes:
+        cpu_gen = torch.Generator().manual_seed(page)
+        k_cache, table = paged_cache(torch, k, [seqlen] * batch, page, cpu_gen)
+        v_cache, _ = paged_cache(torch, v, [seqlen] * batch, page, torch.Generator().manual_seed(page))
+        runs[f"page{page}"] = (lambda kc=k_cache, vc=v_cache, t=table: fa.flash_attn_varlen_func(
+            q, kc, vc, cu, cu, seqlen, seqlen, causal=causal, block_table=t))
+    flop = 4.0 * batch * heads * seqlen * seqlen * dim / (2.0 if causal else 1.0)
+    return runs, flop
+
+
+def chunked_prefill_runs(torch, fa, dtype, dim, page, args):
+    """{name: fn} of the chunked-prefill batch: one paged varlen call ("split" first: a varlen call for the
+    chunks plus a kvcache call for the decodes, on the same cache)."""
+    heads = HIDDEN // dim
+    chunks_q, chunks_k = [2048, 2048], [2048, 4096]
+    dec_k = [args.decode_context] * args.decodes
+    lengths_q, lengths_k = chunks_q + [1] * args.decodes, chunks_k + dec_k
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn((sum(lengths_q), heads, dim), device="cuda", dtype=dtype, generator=gen)
+    k, v = (torch.randn((sum(lengths_k), heads, dim), device="cuda", dtype=dtype, generator=gen) for _ in range(2))
+    k_cache, table = paged_cache(torch, k, lengths_k, page, torch.Generator().manual_seed(page))
+    v_cache, _ = paged_cache(torch, v, lengths_k, page, torch.Generator().manual_seed(page))
+    cu_q, cu_k = cumulative(torch, lengths_q), cumulative(torch, lengths_k)
+    used = torch.tensor(lengths_k, dtype=torch.int32, device="cuda")
+    n_chunk = sum(chunks_q)
+    cu_q_chunks, cu_k_chunks = cumulative(torch, chunks_q), cumulative(torch, chunks_k)
+    q_dec = q[n_chunk:].unsqueeze(1)  # (decodes, 1, heads, dim)
+    seqlens_dec = torch.tensor(dec_k, dtype=torch.int32, device="cuda")
+
+    def split():
+        a = fa.flash_attn_varlen_func(q[:n_chunk], k_cache, v_cache, cu_q_chunks, cu_k_chunks, max(chunks_q),
+                                      max(chunks_k), causal=True, block_table=table[: len(chunks_q)])
+        b = fa.flash_attn_with_kvcache(q_dec, k_cache, v_cache, cache_seqlens=seqlens_dec,
+                                       block_table=table[len(chunks_q):], causal=True)
+        return torch.cat([a, b.squeeze(1)])
+
+    def mixed():
+        return fa.flash_attn_varlen_func(q, k_cache, v_cache, cu_q, cu_k, max(lengths_q), max(lengths_k),
+                                         causal=True, block_table=table, seqused_k=used)
+
+    flop = sum(4.0 * heads * dim * (sq * sk - sq * (sq - 1) / 2) for sq, sk in zip(lengths_q, lengths_k))
+    return {"split": split, "mixed": mixed}, flop
+
+
+def run_paged(torch, fa, args, meta):
+    """The --paged benchmark: rows like the sweep's, `baseline` naming what each row's ratio divides by."""
+    groups = []
+    for dtype_name in args.dtypes:
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
+        for dim in args.dims:
+            for causal in (False, True):
+                for seqlen in args.seqlens:
+                    key = dict(kind="prefill", dtype=dtype_name, dim=dim, causal=causal, seqlen=seqlen)
+                    groups.append((key, lambda d=dtype, dm=dim, c=causal, s=seqlen:
+                                   paged_prefill_runs(torch, fa, d, dm, s, c, args)))
+            for page in args.page_sizes:
+                key = dict(kind="chunked", dtype=dtype_name, dim=dim, causal=True, page=page, decodes=args.decodes,
+                           decode_context=args.decode_context)
+                groups.append((key, lambda d=dtype, dm=dim, pg=page: chunked_prefill_runs(torch, fa, d, dm, pg, args)))
+    rows, lines = [], []
+    for key, build in groups:
+        runs, flop = build()
+        outputs = {name: fn() for name, fn in runs.items()}
+        baseline = next(iter(runs))
+        times = time_interleaved(torch, runs, args)
+        for name, round_ms in times.items():
+            diff = (outputs[name].double() - outputs[baseline].double()).abs().max().item()
+            row = dict(key, impl=name, baseline=baseline, round_ms=round_ms, ms=median(round_ms),
+                       tflops=flop / median(round_ms) / 1e9, max_diff=diff, ok=math.isfinite(diff) and diff < 1e-2)
+            if name != baseline:
+                row["time_vs_baseline"] = paired_ratio(times[baseline], round_ms)  # median of variant / baseline
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            where = f"S {key['seqlen']:5d} {'causal' if key['causal'] else 'full':6}" if key["kind"] == "prefill" else \
+                f"page {key['page']:3d} {key['decodes']} x 1 + 2 x 2048"
+            ratio = f"{row['time_vs_baseline']:6.3f}" if "time_vs_baseline" in row else f"{'-':>6}"
+            lines.append(f"{key['kind']:8} {key['dtype']:5} D {key['dim']:3d} {where:24} {name:10} "
+                         f"{row['ms']:8.3f} ms {row['tflops']:6.1f} TFLOP/s  x{ratio} of {baseline}")
+        del runs, outputs
+        torch.cuda.empty_cache()
+    with open(args.out, "w") as f:
+        json.dump(dict(meta, rows=rows), f, indent=1)
+    failed = [r for r in rows if not r["ok"]]
+    for r in failed:
+        print(f"CHECK FAILED: {r['kind']} {r['impl']} max_diff={r['max_diff']} vs {r['baseline']}")
+    print(f"\n== paged varlen: time of each variant over its baseline's ({meta['device']}) ==")
+    print("\n".join(lines))
+    return 1 if failed else 0
+
+
 # --------------------------------------------------------------------------------------------- main
 
 
@@ -360,6 +510,8 @@ def main(argv=None):
                 date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 commit=git_commit(), command=" ".join([os.path.basename(__file__), *(argv or sys.argv[1:])]))
     print(json.dumps(meta), flush=True)
+    if args.paged:
+        return run_paged(torch, flashattn, args, meta)
     forwards = {name: make_forward(torch, name) for name in args.impls}
     rows = []
     for problem in problems(args):

@@ -13,8 +13,10 @@ namespace flashattn {
 namespace detail {
 
 std::string capability_reason(const Backend& b, const FwdProblem& p) {
-  if (!b.paged_varlen_fwd && p.paged_kv()) return "paged K/V (block_table) in a varlen forward not implemented";
-  if (!b.paged_varlen_fwd && p.seqused_k) return "seqused_k in a varlen forward not implemented";
+  if (!b.paged_varlen_fwd && p.paged_kv())
+    return "paged K/V (block_table) in a varlen forward not implemented (cuda_sm80 and the CPU backends run it)";
+  if (!b.paged_varlen_fwd && p.seqused_k)
+    return "seqused_k in a varlen forward not implemented (cuda_sm80 and the CPU backends run it)";
   return {};
 }
 std::string capability_reason(const Backend&, const KVCacheProblem&) { return {}; }

@@ -63,7 +63,8 @@ FA_HD IndexFault index_fault(IndexFaultKind kind, int64_t batch, int64_t entry, 
 }
 
 // Offset i in [0, batch] of one cu_seqlens array (q: kinds cu_seqlens_q_*, k: cu_seqlens_k_*). Bounds:
-// first 0; order cu[i - 1]; max max_seqlen; total the rows of the packed tensor.
+// first 0; order cu[i - 1]; max max_seqlen; total the rows of the packed tensor, or -1 where the offsets
+// address no rows (paged K/V: cu_seqlens_k gives key counts only).
 FA_HD IndexFault cu_seqlens_fault(const int32_t* cu, int64_t i, int64_t batch, int64_t total, int64_t max_seqlen,
                                   bool is_k) {
   const int32_t base = is_k ? int32_t(IndexFaultKind::cu_seqlens_k_first) : int32_t(IndexFaultKind::cu_seqlens_q_first);
@@ -76,7 +77,7 @@ FA_HD IndexFault cu_seqlens_fault(const int32_t* cu, int64_t i, int64_t batch, i
     if (v < prev) return index_fault(kind(1), i, 0, v, prev);
     if (v - prev > max_seqlen) return index_fault(kind(2), i, 0, v - prev, max_seqlen);
   }
-  if (i == batch && v != total) return index_fault(kind(3), i, 0, v, total);
+  if (i == batch && total >= 0 && v != total) return index_fault(kind(3), i, 0, v, total);
   return IndexFault{};
 }
 

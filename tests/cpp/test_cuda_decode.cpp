@@ -22,9 +22,9 @@
 #include <cuda_runtime_api.h>
 
 #include "common/kvcache.h"
+#include "cuda/attn/fast_divmod.h"
 #include "cuda/decode/cache_rows.h"
 #include "cuda/decode/decode_tile.h"
-#include "cuda/decode/fast_divmod.h"
 #include "cuda/decode/split_heuristic.h"
 #endif
 

@@ -1,7 +1,7 @@
 // A catalogue of bad index values (past the cache's capacity, INT_MAX, negative, past the page pool,
 // cu_seqlens not monotone or past the packed total) for every entry point that reads index tensors:
-// forward and backward (varlen) and forward_kvcache (contiguous and paged). The contract of
-// docs/reliability.md, per device:
+// forward and backward (varlen), the paged varlen forward (block_table, seqused_k) and forward_kvcache
+// (contiguous and paged). The contract of docs/reliability.md, per device:
 //   CPU: a named error (the argument, with the batch index for per-sequence tensors), checked on the host;
 //   CUDA: no error by default, nothing read or written outside the call's tensors (the context survives
 //     and the next correct call still matches the reference); with FLASHATTN_CHECK_INDEX_VALUES=1 the
@@ -352,6 +352,100 @@ TEST_P(IndexValuesKVCache, CudaStaysInBoundsAndChecksOnRequest) {
 INSTANTIATE_TEST_SUITE_P(Catalogue, IndexValuesKVCache, testing::Range(0, int(kv_catalogue().size())),
                          [](const testing::TestParamInfo<int>& info) {
                            return std::string(kv_catalogue()[size_t(info.param)].name);
+                         });
+
+// ---- paged varlen forward (block_table, seqused_k) ----
+
+struct PagedBad {
+  const char* name;
+  bool on_table;      // block_table, else seqused_k
+  int64_t b, column;  // the sequence; block_table: the column (one the sequence uses)
+  int64_t value;      // kPastPool: the pool's size
+  const char* arg;    // the argument the CPU's error names
+};
+
+const std::vector<PagedBad>& paged_catalogue() {
+  static const std::vector<PagedBad> c = {
+      {"page_past_pool", true, 1, 0, kPastPool, "block_table[1][0]:"},
+      {"page_int_max", true, 2, 1, INT_MAX, "block_table[2][1]:"},
+      {"page_negative", true, 0, 0, INT_MIN, "block_table[0][0]:"},
+      {"seqused_int_max", false, 1, 0, INT_MAX, "seqused_k[1]:"},
+      {"seqused_negative", false, 2, 0, -5, "seqused_k[2]:"},
+  };
+  return c;
+}
+
+// varlen_config's sequences (12, 3 and 20 used keys: sequence 2 uses two pages) in pages of 16 keys.
+AttnConfig paged_varlen_config() {
+  AttnConfig c = varlen_config();
+  c.page_size = 16;
+  c.seqused_k = true;
+  return c;
+}
+
+AttnInputs with_bad_entry(const AttnInputs& good, const PagedBad& bad) {
+  AttnInputs in = good;
+  const int64_t v = bad.value == kPastPool ? in.call_k.shape()[0] : bad.value;
+  if (bad.on_table)
+    in.block_table.i32()[bad.b * in.block_table.shape()[1] + bad.column] = int32_t(v);
+  else
+    in.seqused_k.i32()[bad.b] = int32_t(v);
+  return in;
+}
+
+class IndexValuesPagedVarlen : public testing::TestWithParam<int> {};
+
+TEST_P(IndexValuesPagedVarlen, CpuNamesTheArgument) {
+  const PagedBad& bad = paged_catalogue()[size_t(GetParam())];
+  const AttnInputs in = with_bad_entry(make_inputs(paged_varlen_config(), 83), bad);
+  for (const std::string backend : {"cpu_flash", "cpu_reference"})
+    expect_named_error([&] { run_forward(in, backend, flashattn::Device::cpu()); }, {"flashattn::forward:", bad.arg});
+}
+
+// The device check's rule for cu_seqlens_k of a paged call (src/cuda/common/index_check.cu passes total -1):
+// the offsets address no rows, so their last one need not equal any total; the other rules still hold.
+TEST(IndexValues, DeviceCheckRulesSkipThePackedTotalOfPagedKeys) {
+  const std::vector<int32_t> cu = {0, 5, 9};
+  EXPECT_FALSE(detail::cu_seqlens_fault(cu.data(), 2, 2, -1, 8, true).found());
+  EXPECT_TRUE(detail::cu_seqlens_fault(cu.data(), 2, 2, 100, 8, true).found());
+  const std::vector<int32_t> long_one = {0, 5, 19};
+  EXPECT_TRUE(detail::cu_seqlens_fault(long_one.data(), 2, 2, -1, 8, true).found());
+}
+
+// Each bad call on every CUDA backend that takes paged varlen calls (cuda_sm80), then a correct call that
+// must match the reference: the kernel clamped the entry or the count (attn/paged_keys.h, seq_range) and
+// read inside the cache. The device check mode (FLASHATTN_CHECK_INDEX_VALUES) reads cu_seqlens only (not
+// yet block_table or seqused_k): it must accept the correct call, whose cu_seqlens_k address no rows.
+TEST_P(IndexValuesPagedVarlen, CudaStaysInBounds) {
+  FA_SKIP_WITHOUT_GPU("bad block_table / seqused_k on the CUDA backends");
+  const PagedBad& bad = paged_catalogue()[size_t(GetParam())];
+  const AttnInputs good = make_inputs(paged_varlen_config(), 84);
+  const AttnInputs in = with_bad_entry(good, bad);
+  const FwdOutputs ref = reference_forward(good);
+  const NaiveOutputs naive = naive_lowp(good, false);
+  int ran = 0;
+  for (const std::string& backend : runnable_backends(flashattn::DeviceType::cuda)) {
+    SCOPED_TRACE(backend);
+    const flashattn::Device dev = device_of(backend);
+    try {
+      run_forward(good, backend, dev);
+    } catch (const flashattn::Error& e) {
+      if (e.status() == Status::unsupported) continue;  // a backend without paged varlen
+      throw;
+    }
+    EXPECT_NO_THROW(run_forward(in, backend, dev));
+    device_synchronize(dev);
+    expect_forward_within_criterion(run_forward(good, backend, dev), ref, naive, good.cfg.dtype);
+    CheckModeScope check(true);
+    EXPECT_NO_THROW(run_forward(good, backend, dev)) << "the check mode must accept a correct call";
+    ++ran;
+  }
+  EXPECT_GT(ran, 0) << "no CUDA backend ran the paged varlen call";
+}
+
+INSTANTIATE_TEST_SUITE_P(Catalogue, IndexValuesPagedVarlen, testing::Range(0, int(paged_catalogue().size())),
+                         [](const testing::TestParamInfo<int>& info) {
+                           return std::string(paged_catalogue()[size_t(info.param)].name);
                          });
 
 // flash-attn's test_flash_attn_kvcache_paged_block_table_bounds, in our terms: a block table one page

@@ -38,7 +38,8 @@ __global__ void __launch_bounds__(kThreads) varlen_check_kernel(const FwdProblem
   IndexFault best;
   for (int64_t i = threadIdx.x; i <= p.batch; i += kThreads) {
     keep_first(best, cu_seqlens_fault(p.cu_seqlens_q, i, p.batch, p.total_q, p.seqlen_q, false));
-    keep_first(best, cu_seqlens_fault(p.cu_seqlens_k, i, p.batch, p.total_k, p.seqlen_k, true));
+    keep_first(best, cu_seqlens_fault(p.cu_seqlens_k, i, p.batch, p.paged.block_table ? -1 : p.total_k, p.seqlen_k,
+                                      true));
   }
   reduce_and_write(best, out);
 }

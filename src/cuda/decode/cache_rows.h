@@ -14,9 +14,11 @@
 #include "api/problem.h"
 #include "common/host_device.h"
 #include "common/kvcache.h"
-#include "cuda/decode/fast_divmod.h"
+#include "cuda/attn/fast_divmod.h"
 
 namespace flashattn::detail::cuda::decode {
+
+using attn::FastDivmod;  // attn/fast_divmod.h
 
 struct CacheRows {
   int64_t k_batch_stride = 0, v_batch_stride = 0;  // paged: stride between blocks

@@ -33,9 +33,12 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "cuda/decode/fast_divmod.h"
+#include "cuda/attn/fast_divmod.h"
 
 namespace flashattn::detail::cuda::decode {
+
+using attn::FastDivmod;  // attn/fast_divmod.h, shared with the sm80 forward
+using attn::make_fast_divmod;
 
 enum class RowShape { small, narrow, medium, large, wide, warpgroup };
 

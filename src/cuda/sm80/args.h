@@ -10,6 +10,7 @@
 #include "common/host_device.h"
 #include "common/score.h"
 #include "cuda/attn/bwd_args.h"
+#include "cuda/attn/fast_divmod.h"
 #include "cuda/attn/score_args.h"
 #include "cuda/attn/tile_order.h"
 #include "cuda/sm80/debug.h"
@@ -27,6 +28,10 @@ struct FwdArgs {
   bool persistent = false;  // every tile costs the same: the grid may be smaller than the tile list
   bool general = true;      // the general instance (kernel_traits.h, fwd_general), chosen on the host
   TileOrder order;          // the order of the tile list (attn/tile_order.h, launch_fwd); default: per head
+  // Paged K/V (p.paged_kv(), attn/paged_keys.h): division by the page size, and whether every key tile lies
+  // in one page (page_size a multiple of the instance's block_n), set by run_fwd_instance.
+  FastDivmod page;
+  bool page_tiles = false;
 #if defined(FLASHATTN_SM80_TRACE)
   FwdCtaTrace* trace = nullptr;  // one per CTA (debug.h)
 #endif

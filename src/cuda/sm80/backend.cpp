@@ -95,6 +95,13 @@ std::string supports_fwd(const FwdProblem& p) {
   const int64_t tiles = cuda::ceil_div(p.seqlen_q, tile.block_m) * p.heads * p.batch;
   if (tiles > kMaxFwdTiles)
     return "the forward needs " + std::to_string(tiles) + " query tiles, above 2^30 (32-bit tile indices)";
+  // Paged keys are 32-bit positions up to max_blocks_per_seq * page_size (attn/paged_keys.h): a sequence's
+  // length read on the device is clamped to it, not to max_seqlen_k; the page size is a 32-bit divisor
+  // (even where the table has no column and addresses nothing).
+  constexpr int64_t kMaxKeyPositions = std::numeric_limits<int32_t>::max() - 256;
+  if (p.paged_kv() && std::max(p.paged.capacity, p.paged.page_size) > kMaxKeyPositions)
+    return "paged K/V: max_blocks_per_seq * page_size = " + std::to_string(p.paged.capacity) + " (page_size " +
+           std::to_string(p.paged.page_size) + ") key positions, above 2^31 - 257";
   return {};
 }
 
@@ -141,6 +148,7 @@ const Backend& cuda_sm80_backend() {
     x.device = DeviceType::cuda;
     x.supports_fwd = &supports_fwd;
     x.run_fwd = &run_fwd;
+    x.paged_varlen_fwd = true;
     x.supports_bwd = &supports_bwd;
     x.run_bwd = &run_bwd;
     return x;

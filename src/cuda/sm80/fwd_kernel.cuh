@@ -53,14 +53,17 @@
 namespace flashattn::detail::cuda::sm80 {
 
 // kPersistent: the instance that walks the tile list with a grid of resident CTAs (fwd_persistent); the
-// other runs one tile per CTA.
-template <typename T, int kHeadDim, bool kGeneral, bool kPaired, bool kPersistent>
+// other runs one tile per CTA. kPagedKV: K and V are read through the block table (FwdProblem::paged,
+// FwdMainloop::load_kv_paged), V's copies in one burst; the other instances compile none of it.
+template <typename T, int kHeadDim, bool kGeneral, bool kPaired, bool kPersistent, bool kPagedKV = false>
 __global__ void __launch_bounds__(FwdMainloop<T, kHeadDim, kGeneral, kPaired>::kThreads, kPaired ? 2 : 1)
     fwd_kernel(const __grid_constant__ FwdArgs args) {
   using Main = FwdMainloop<T, kHeadDim, kGeneral, kPaired>;
   using Place = FwdTilePlace<Main, kPersistent>;
   using Scheduler = FwdTileScheduler<kPersistent>;
   static_assert(!kPersistent || fwd_persistent<kHeadDim, kPaired>(), "no persistent instance for this tile");
+  static_assert(!(kPersistent && kPagedKV), "paged calls are varlen, which the persistent grid never runs");
+  constexpr bool kSpreadV = Main::kSpreadV && !kPagedKV;
   constexpr int kBlockN = Main::kBlockN, kMFrags = Main::kMFrags;
   constexpr int kNFrags = Main::kNFrags, kDFrags = Main::kDFrags;
 
@@ -92,7 +95,16 @@ __global__ void __launch_bounds__(FwdMainloop<T, kHeadDim, kGeneral, kPaired>::k
       // A previous tile of this CTA that loaded nothing ahead (no keys: seqlen_k = 0) staged its output in
       // Q's tile: every warp must be done reading it back before Q's rows are loaded over it.
       if (kPersistent && tile != Scheduler::first()) __syncthreads();
-      t.template loads<T>(args).template issue<Main>(args, sq, sk, tid);
+      if constexpr (kPagedKV) {
+        load_rows_async<typename Main::QTile, Main::kBlockM, Main::kThreads>(
+            sq, t.template q_rows<T>(p), p.q.row_stride, t.valid_rows, d_chunks, tid);
+        if (t.n_begin < t.n_end)
+          Main::load_kv_paged(sk, t.template k_head<T>(args), t.pages(args), p.k.batch_stride, p.k.row_stride,
+                              args.page_tiles, t.n_begin, t.seq.sk, d_chunks, tid);
+        ptx::cp_async_commit();
+      } else {
+        t.template loads<T>(args).template issue<Main>(args, sq, sk, tid);
+      }
     }
     prefetched = false;
     parity ^= 1;
@@ -142,7 +154,11 @@ __global__ void __launch_bounds__(FwdMainloop<T, kHeadDim, kGeneral, kPaired>::k
       // V[n]'s copies: issued here in one burst, or by qk between its k-steps (kSpreadV, fwd_mainloop.cuh;
       // without it v_copy is never used and compiles away).
       typename Main::KVCopy v_copy = Main::kv_copy(sv, v_seq, p.v.row_stride, n, t.seq.sk, d_chunks, tid);
-      if constexpr (!Main::kSpreadV) {
+      if constexpr (kPagedKV) {
+        Main::load_kv_paged(sv, t.template v_head<T>(args), t.pages(args), p.v.batch_stride, p.v.row_stride,
+                            args.page_tiles, n, t.seq.sk, d_chunks, tid);
+        ptx::cp_async_commit();
+      } else if constexpr (!Main::kSpreadV) {
         Main::load_kv(sv, v_seq, p.v.row_stride, n, t.seq.sk, d_chunks, tid);
         ptx::cp_async_commit();
       }
@@ -154,13 +170,17 @@ __global__ void __launch_bounds__(FwdMainloop<T, kHeadDim, kGeneral, kPaired>::k
         for (int f = 0; f < kNFrags; ++f)
 #pragma unroll
           for (int e = 0; e < 4; ++e) s[mf][f][e] = 0.0f;
-      Main::qk(s, q, lanes, v_copy);
-      if constexpr (Main::kSpreadV) ptx::cp_async_commit();
+      Main::template qk<kSpreadV>(s, q, lanes, v_copy);
+      if constexpr (kSpreadV) ptx::cp_async_commit();
 
       ptx::cp_async_wait<0>();  // V[n] landed; the barrier also ends every warp's QK^T on K[n] and reads of Q
       __syncthreads();
       if (n + 1 < t.n_end) {
-        Main::load_kv(sk, k_seq, p.k.row_stride, n + 1, t.seq.sk, d_chunks, tid);
+        if constexpr (kPagedKV)
+          Main::load_kv_paged(sk, t.template k_head<T>(args), t.pages(args), p.k.batch_stride, p.k.row_stride,
+                              args.page_tiles, n + 1, t.seq.sk, d_chunks, tid);
+        else
+          Main::load_kv(sk, k_seq, p.k.row_stride, n + 1, t.seq.sk, d_chunks, tid);
         ptx::cp_async_commit();
       } else if constexpr (kPersistent) {
         prefetch_next();

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "cuda/attn/paged_keys.h"
 #include "cuda/common/ptx.h"
 #include "cuda/sm80/fragments.cuh"
 #include "cuda/sm80/kernel_traits.h"
@@ -78,13 +79,14 @@ struct FwdMainloop {
   static constexpr bool kExpInPv = kKnobs.exp_in_pv;
   static constexpr int kVEvery = kQKSteps / (2 * KVCopy::kSteps) > 0 ? kQKSteps / (2 * KVCopy::kSteps) : 1;
 
-  // s = Q K^T for the warp's rows and the whole K tile (s must be zero on entry); with kSpreadV it also
-  // issues `v_copy` between its k-steps.
+  // s = Q K^T for the warp's rows and the whole K tile (s must be zero on entry); with kSpread (kSpreadV
+  // unless the kernel loads V another way: paged K/V) it also issues `v_copy` between its k-steps.
+  template <bool kSpread = kSpreadV>
   __device__ __forceinline__ static void qk(float (&s)[kMFrags][kNFrags][4], const QFrags& q, const Lanes& L,
                                             KVCopy& v_copy) {
 #pragma unroll
     for (int kk = 0; kk < kQKSteps; ++kk) {
-      if constexpr (kSpreadV) {
+      if constexpr (kSpread) {
         if (kk % kVEvery == 0 && kk / kVEvery < KVCopy::kSteps) v_copy.template issue_next<1>();
       }
       uint32_t a[kMFrags][4];
@@ -105,7 +107,7 @@ struct FwdMainloop {
         for (int mf = 0; mf < kMFrags; ++mf) mma_pair<T>(s[mf][2 * np], s[mf][2 * np + 1], a[mf], b);
       }
     }
-    if constexpr (kSpreadV) v_copy.template issue_next<KVCopy::kSteps>();  // any steps the k-steps left
+    if constexpr (kSpread) v_copy.template issue_next<KVCopy::kSteps>();  // any steps the k-steps left
   }
 
   // o += P V with P (fp32, this warp's rows) rounded to T straight from the S registers.
@@ -162,6 +164,23 @@ struct FwdMainloop {
     const int64_t first = int64_t(n) * kBlockN;
     const int rows = int(sk - first < kBlockN ? sk - first : kBlockN);
     load_rows_async<KVTile, kBlockN, kThreads>(tile, seq_base + first * row_stride, row_stride, rows, d_chunks, tid);
+  }
+  // load_kv for paged K or V (attn/paged_keys.h): `head_base` is the cache's base plus the kv head's offset.
+  // `tile_in_page` (page_size a multiple of kBlockN): the tile lies in one page, one block-table read and
+  // the strided copy; otherwise every row is looked up in its page.
+  __device__ __forceinline__ static void load_kv_paged(T* tile, const T* head_base, const PagedKeyRows& pages,
+                                                       int64_t page_stride, int64_t row_stride, bool tile_in_page,
+                                                       int n, int64_t sk, int d_chunks, int tid) {
+    const int first = n * kBlockN;
+    const int rows = int(sk - first < kBlockN ? sk - first : kBlockN);
+    if (tile_in_page) {
+      load_rows_async<KVTile, kBlockN, kThreads>(tile, head_base + pages.row_offset(first, page_stride, row_stride),
+                                                 row_stride, rows, d_chunks, tid);
+    } else {
+      load_scattered_rows_async<KVTile, kBlockN, kThreads>(
+          tile, head_base, [&](int r) { return pages.row_offset(first + r, page_stride, row_stride); }, rows, d_chunks,
+          tid);
+    }
   }
 };
 

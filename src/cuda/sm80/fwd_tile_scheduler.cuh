@@ -95,6 +95,20 @@ struct FwdTilePlace {
     return static_cast<const T*>(args.p.v.ptr) + args.p.v.offset(b, seq.k_start, hk(args));
   }
 
+  // Paged K/V (FwdProblem::paged, attn/paged_keys.h): the sequence's pages, and K's and V's bases at the kv
+  // head (a key's row is added per tile or per row, FwdMainloop::load_kv_paged).
+  __device__ __forceinline__ PagedKeyRows pages(const FwdArgs& args) const {
+    return paged_key_rows(args.p.paged, args.page, b);
+  }
+  template <typename T>
+  __device__ __forceinline__ const T* k_head(const FwdArgs& args) const {
+    return static_cast<const T*>(args.p.k.ptr) + hk(args) * args.p.k.head_stride;
+  }
+  template <typename T>
+  __device__ __forceinline__ const T* v_head(const FwdArgs& args) const {
+    return static_cast<const T*>(args.p.v.ptr) + hk(args) * args.p.v.head_stride;
+  }
+
   // What the cp.async of the tile's Q rows and first K tile need (FwdTileLoads).
   template <typename T>
   __device__ __forceinline__ FwdTileLoads<T> loads(const FwdArgs& args) const {

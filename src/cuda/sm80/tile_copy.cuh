@@ -31,6 +31,21 @@ __device__ __forceinline__ void for_each_chunk(int tid, F&& f) {
   }
 }
 
+// The row steps of the copies below (load_rows_async explains them): thread t copies chunk column
+// t % kPanelChunks of each panel in rows t / kPanelChunks + i * kRowStep, i < kSteps.
+template <typename Tile, int kRows, int kThreads>
+struct RowSteps {
+  static constexpr int kPanelChunks = Tile::kPanelChunks;
+  static constexpr int kPanels = Tile::kChunksPerRow / kPanelChunks;
+  static constexpr int kRowStep = kThreads / kPanelChunks;
+  static constexpr int kSteps = (kRows + kRowStep - 1) / kRowStep;  // row steps of kPanels copies each
+  static_assert(kThreads % kPanelChunks == 0 && kRowStep % 8 == 0, "a thread's rows must share one swizzle");
+  // Byte offset of (row + i kRowStep, chunk + p kPanelChunks) from (row, chunk) in the tile (smem_layout.h).
+  static constexpr uint32_t smem_delta(int i, int p) {
+    return uint32_t(p * Tile::kPanelElems + i * kRowStep * kPanelChunks * 8) * 2u;
+  }
+};
+
 // Issues cp.async for rows [0, kRows) of `tile`; tile row r comes from src + r * row_stride. Rows
 // r >= valid_rows and chunks >= valid_chunks are zero-filled.
 //
@@ -46,28 +61,22 @@ __device__ __forceinline__ void for_each_chunk(int tid, F&& f) {
 template <typename Tile, int kRows, int kThreads, typename T>
 __device__ __forceinline__ void load_rows_async(T* tile, const T* src, int64_t row_stride, int valid_rows,
                                                 int valid_chunks, int tid) {
-  constexpr int kPanelChunks = Tile::kPanelChunks;
-  constexpr int kPanels = Tile::kChunksPerRow / kPanelChunks;
-  constexpr int kRowStep = kThreads / kPanelChunks;
-  constexpr int kSteps = (kRows + kRowStep - 1) / kRowStep;
-  static_assert(kThreads % kPanelChunks == 0 && kRowStep % 8 == 0, "a thread's rows must share one swizzle");
+  using Steps = RowSteps<Tile, kRows, kThreads>;
+  constexpr int kPanelChunks = Steps::kPanelChunks, kPanels = Steps::kPanels;
+  constexpr int kRowStep = Steps::kRowStep, kSteps = Steps::kSteps;
   const int row = tid / kPanelChunks, chunk = tid % kPanelChunks;
   // With fewer rows than one step covers, the threads past the last row have nothing to copy.
   if (kRows % kRowStep != 0 && row >= kRows) return;
   const uint32_t dst = ptx::smem_addr(tile) + uint32_t(Tile::chunk_offset(row, chunk)) * 2u;
   const int64_t step = kRowStep * row_stride;
   const T* from = src + row * row_stride + chunk * 8;
-  // Byte offset of (row + i kRowStep, chunk + p kPanelChunks) from (row, chunk) in the tile (smem_layout.h).
-  constexpr auto smem_delta = [](int i, int p) {
-    return uint32_t(p * Tile::kPanelElems + i * kRowStep * kPanelChunks * 8) * 2u;
-  };
   if (valid_rows >= kRows && valid_chunks >= Tile::kChunksPerRow) {
 #pragma unroll
     for (int i = 0; i < kSteps; ++i, from += step)
 #pragma unroll
       for (int p = 0; p < kPanels; ++p)
         if (kRows % kRowStep == 0 || row + i * kRowStep < kRows)
-          ptx::cp_async_16(dst + smem_delta(i, p), from + p * kPanelChunks * 8);
+          ptx::cp_async_16(dst + Steps::smem_delta(i, p), from + p * kPanelChunks * 8);
   } else {
 #pragma unroll
     for (int i = 0; i < kSteps; ++i, from += step) {
@@ -76,8 +85,36 @@ __device__ __forceinline__ void load_rows_async(T* tile, const T* src, int64_t r
       for (int p = 0; p < kPanels; ++p) {
         const bool ok = row_ok && chunk + p * kPanelChunks < valid_chunks;
         if (kRows % kRowStep == 0 || row + i * kRowStep < kRows)
-          ptx::cp_async_16(dst + smem_delta(i, p), ok ? from + p * kPanelChunks * 8 : src, ok);
+          ptx::cp_async_16(dst + Steps::smem_delta(i, p), ok ? from + p * kPanelChunks * 8 : src, ok);
       }
+    }
+  }
+}
+
+// load_rows_async for rows without a common stride: tile row r comes from base + row_offset(r) (the rows of
+// a paged K/V tile whose page size is not a multiple of the tile, each in its own page). Same
+// thread-to-chunk assignment and zero-fill; row_offset(r) is called only for the rows r < valid_rows a
+// thread copies, once per row (the kChunksPerRow / kPanels threads of a row each compute it: a
+// block-table read that hits L1 after the first).
+template <typename Tile, int kRows, int kThreads, typename T, typename RowOffset>
+__device__ __forceinline__ void load_scattered_rows_async(T* tile, const T* base, RowOffset&& row_offset,
+                                                          int valid_rows, int valid_chunks, int tid) {
+  using Steps = RowSteps<Tile, kRows, kThreads>;
+  constexpr int kPanelChunks = Steps::kPanelChunks, kPanels = Steps::kPanels;
+  constexpr int kRowStep = Steps::kRowStep, kSteps = Steps::kSteps;
+  const int row = tid / kPanelChunks, chunk = tid % kPanelChunks;
+  if (kRows % kRowStep != 0 && row >= kRows) return;
+  const uint32_t dst = ptx::smem_addr(tile) + uint32_t(Tile::chunk_offset(row, chunk)) * 2u;
+#pragma unroll
+  for (int i = 0; i < kSteps; ++i) {
+    const int r = row + i * kRowStep;
+    if (kRows % kRowStep != 0 && r >= kRows) continue;
+    const bool row_ok = r < valid_rows;
+    const T* from = row_ok ? base + row_offset(r) + chunk * 8 : base;
+#pragma unroll
+    for (int p = 0; p < kPanels; ++p) {
+      const bool ok = row_ok && chunk + p * kPanelChunks < valid_chunks;
+      ptx::cp_async_16(dst + Steps::smem_delta(i, p), ok ? from + p * kPanelChunks * 8 : base, ok);
     }
   }
 }
@@ -89,12 +126,13 @@ __device__ __forceinline__ void load_rows_async(T* tile, const T* src, int64_t r
 // copies are not spread (SASS of the forward at D = 224 and of five backward buckets), unmeasured.
 template <typename Tile, int kRows, int kThreads, typename T>
 class RowsCopy {
+  using Steps = RowSteps<Tile, kRows, kThreads>;
+
  public:
-  static constexpr int kPanelChunks = Tile::kPanelChunks;
-  static constexpr int kPanels = Tile::kChunksPerRow / kPanelChunks;
-  static constexpr int kRowStep = kThreads / kPanelChunks;
-  static constexpr int kSteps = (kRows + kRowStep - 1) / kRowStep;  // row steps of kPanels copies each
-  static_assert(kThreads % kPanelChunks == 0 && kRowStep % 8 == 0, "a thread's rows must share one swizzle");
+  static constexpr int kPanelChunks = Steps::kPanelChunks;
+  static constexpr int kPanels = Steps::kPanels;
+  static constexpr int kRowStep = Steps::kRowStep;
+  static constexpr int kSteps = Steps::kSteps;  // row steps of kPanels copies each
 
   __device__ __forceinline__ RowsCopy(T* tile, const T* src, int64_t row_stride, int valid_rows, int valid_chunks,
                                       int tid)
@@ -123,7 +161,7 @@ class RowsCopy {
 #pragma unroll
         for (int p = 0; p < kPanels; ++p)
           if (i < kSteps && (kRows % kRowStep == 0 || row_ + i * kRowStep < kRows))
-            ptx::cp_async_16(dst_ + smem_delta(i, p), from + p * kPanelChunks * 8);
+            ptx::cp_async_16(dst_ + Steps::smem_delta(i, p), from + p * kPanelChunks * 8);
       }
     } else {
 #pragma unroll
@@ -134,7 +172,7 @@ class RowsCopy {
         for (int p = 0; p < kPanels; ++p) {
           const bool ok = row_ok && chunk_ + p * kPanelChunks < valid_chunks_;
           if (i < kSteps && (kRows % kRowStep == 0 || row_ + i * kRowStep < kRows))
-            ptx::cp_async_16(dst_ + smem_delta(i, p), ok ? from + p * kPanelChunks * 8 : src_, ok);
+            ptx::cp_async_16(dst_ + Steps::smem_delta(i, p), ok ? from + p * kPanelChunks * 8 : src_, ok);
         }
       }
     }
@@ -142,11 +180,6 @@ class RowsCopy {
   }
 
  private:
-  // Byte offset of (row + i kRowStep, chunk + p kPanelChunks) from (row, chunk) in the tile (smem_layout.h).
-  static constexpr uint32_t smem_delta(int i, int p) {
-    return uint32_t(p * Tile::kPanelElems + i * kRowStep * kPanelChunks * 8) * 2u;
-  }
-
   const T* src_;
   const T* from_;
   int64_t step_;

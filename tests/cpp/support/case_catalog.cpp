@@ -1,5 +1,7 @@
 #include "case_catalog.h"
 
+#include <utility>
+
 namespace fa_test {
 
 namespace {
@@ -179,14 +181,16 @@ void add_paged_cases(std::vector<AttnConfig>& out) {
     f.seqused_k = true;
     out.push_back(f);
   }
-  // chunked prefill: decode steps (1 query against a long context) and 2k-token prefills in one call
-  {
-    AttnConfig c = base(DType::bf16, 64);
+  // chunked prefill: decode steps (1 query against a long context) and 2k-token prefills in one call, at
+  // vLLM's page size (a page per 16 keys: the sm80 forward looks up each row's page) and at 256 (flash-attn's
+  // tests: a key tile lies in one page)
+  for (auto [page, d] : {std::pair{int64_t(16), int64_t(64)}, std::pair{int64_t(256), int64_t(128)}}) {
+    AttnConfig c = base(DType::bf16, d);
     c.heads = 4;
     c.heads_k = 2;
     c.varlen_q = {1, 2048, 1, 300, 1};
     c.varlen_k = {1500, 2048, 2047, 812, 1};
-    c.page_size = 16;
+    c.page_size = page;
     c.seqused_k = true;
     c.causal = true;
     out.push_back(c);

@@ -1,8 +1,8 @@
 #pragma once
 
 // Division by a divisor fixed for a whole call (the page size of a paged KV cache), as a multiply-high
-// and a shift: the attention kernel splits every cache position of every tile into (page, row in page),
-// and a 32-bit hardware division costs ~20 instructions, a 64-bit one far more.
+// and a shift: the decode kernel and the sm80 forward split key positions into (page, row in page), and
+// a 32-bit hardware division costs ~20 instructions, a 64-bit one far more.
 //
 // Method (Granlund & Montgomery, "Division by invariant integers using multiplication", Thm 4.2): with
 // l = ceil(log2(d)) and m = ceil(2^(32+l) / d), floor(n / d) = floor(n * m / 2^(32+l)) for 0 <= n < 2^32,
@@ -14,7 +14,7 @@
 
 #include "common/host_device.h"
 
-namespace flashattn::detail::cuda::decode {
+namespace flashattn::detail::cuda::attn {
 
 struct FastDivmod {
   uint32_t divisor = 1;
@@ -45,4 +45,4 @@ inline FastDivmod make_fast_divmod(uint32_t d) {
   return f;
 }
 
-}  // namespace flashattn::detail::cuda::decode
+}  // namespace flashattn::detail::cuda::attn
