@@ -106,7 +106,7 @@ struct CacheView {
   int64_t num_blocks = 0;  // paged only
   int64_t batches = 0;     // Bc, contiguous only
 
-  bool paged() const { return block_table != nullptr; }
+  FA_HD bool paged() const { return block_table != nullptr; }
 };
 
 struct RotaryParams {
