@@ -137,10 +137,7 @@ void attend_tiled_impl(const AttnCall& c, const AttnSeq& s, TileShape t, int64_t
   const int64_t qp_ss = D / 2 * kLanes, pp_ss = Bc / 2 * kLanes;
   if constexpr (kDotBf16<DT>) {
     if (dot)
-      for (int64_t k = 0; k < strips; ++k)
-        for (int64_t p = 0; p < D / 2; ++p)
-          _mm512_storeu_si512(w.qp + k * qp_ss + p * kLanes, pair_words(load(w.qt + k * q_ss + 2 * p * kLanes),
-                                                                        load(w.qt + k * q_ss + (2 * p + 1) * kLanes)));
+      for (int64_t k = 0; k < strips; ++k) pack_row_pairs(w.qt + k * q_ss, D, w.qp + k * qp_ss, kLanes);
   }
 #endif
   std::fill(w.ot, w.ot + strips * q_ss, 0.0f);
@@ -168,7 +165,7 @@ void attend_tiled_impl(const AttnCall& c, const AttnSeq& s, TileShape t, int64_t
       if (dot) {
         for (int64_t j = 0; j < bc; ++j)
           std::memcpy(w.kp + j * (D / 2), static_cast<const uint16_t*>(s.keys.k) + w.k_off[j], size_t(D) * 2);
-        pack_key_pairs(s.keys.v, w.v_off, bc, D, w.vp);
+        pack_key_pairs(s.keys.v, w.v_off, bc, D, w.vp, D, kLanes);
         gemm_bf16<ALayout::rows, CInit::zero>(bc, hi - lo, D / 2, w.kp, D / 2, w.qp + lo * qp_ss, qp_ss,
                                               w.st + lo * kv_ss, kv_ss, nullptr, c.q_scale);
       }
@@ -190,13 +187,7 @@ void attend_tiled_impl(const AttnCall& c, const AttnSeq& s, TileShape t, int64_t
     if constexpr (kDotBf16<DT>) {
       if (dot) {
         const int64_t pairs = (bc + 1) / 2;
-        for (int64_t k = lo; k < hi; ++k) {
-          const float* p = w.st + k * kv_ss;
-          for (int64_t u = 0; u < pairs; ++u)
-            _mm512_storeu_si512(
-                w.pp + k * pp_ss + u * kLanes,
-                pair_words(load(p + 2 * u * kLanes), 2 * u + 1 < bc ? load(p + (2 * u + 1) * kLanes) : zeros()));
-        }
+        for (int64_t k = lo; k < hi; ++k) pack_row_pairs(w.st + k * kv_ss, bc, w.pp + k * pp_ss, kLanes);
         gemm_bf16<ALayout::transposed, CInit::load_scaled>(D, hi - lo, pairs, w.vp, D, w.pp + lo * pp_ss, pp_ss,
                                                            w.ot + lo * q_ss, q_ss, w.alpha + lo * kLanes, 1.0f);
       }

@@ -7,6 +7,9 @@
 //    Q and dO (head dim in lanes, for dK and dV), the LSE in log2 units and D = rowsum(dO * O);
 //  * a *pair* (query block, K/V tile): recompute S^T, P^T from the LSE, dP^T, then dS^T, and accumulate
 //    dV += P^T dO, dK += dS^T Q and/or dQ += dS K into fp32 tiles.
+// bf16 inputs on CPUs with AVX-512 BF16 run the five GEMMs as bf16 dot products (microkernel_bf16.h) on
+// bf16 copies of the tiles: Q, K, V and dO exact, P and dS rounded to bf16 as the GPU kernels round them
+// (dS with the softmax scale inside), accumulation in fp32. An odd head dim runs the fp32 path.
 
 #include <cstdint>
 
@@ -27,6 +30,12 @@ struct QueryBlock {
   float* lse2;         // LSE * log2(e); +inf for padding lanes (their P is 0)
   float* dsum;         // rowsum(dO * O)
   float* lane_memory;  // backs `lanes`
+  // bf16 dot products only (microkernel_bf16.h layouts), else null: Q^T (unscaled) and dO^T paired along
+  // the head dim (B of S^T and dP^T); Q and dO paired along the query rows (B of dK and dV).
+  uint32_t* qt_pairs = nullptr;
+  uint32_t* dot_pairs = nullptr;
+  uint32_t* q_pairs = nullptr;
+  uint32_t* dout_pairs = nullptr;
 };
 
 // Floats of one packed query block; carves it from `mem` (from a null base to measure).
@@ -49,6 +58,15 @@ struct PairScratch {
   float* row;  // 2 x 16 rows of head_dim (padded): one strip of Q and dO while packing
   int64_t* k_off;
   int64_t* v_off;
+  // bf16 dot products only, else null: K and V row-major (A of S^T and dP^T), K paired along the keys
+  // (B of dQ), P^T and dS^T paired along the query rows (A of dV and dK), dS paired along the keys (A of
+  // dQ, transposed layout).
+  uint32_t* k_rows = nullptr;
+  uint32_t* v_rows = nullptr;
+  uint32_t* k_pairs = nullptr;
+  uint32_t* pt_pairs = nullptr;
+  uint32_t* dst_pairs = nullptr;
+  uint32_t* ds_pairs = nullptr;
 };
 int64_t pair_scratch_floats(const AttnCall& c, TileShape t);
 PairScratch carve_pair_scratch(const AttnCall& c, TileShape t, float* mem);

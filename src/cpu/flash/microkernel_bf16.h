@@ -90,10 +90,25 @@ FLASH_INLINE __m512i pair_words(VecF even, VecF odd) {
   return _mm512_permutexvar_epi16(interleave, halves);
 }
 
+// The 16 lanes of x rounded to bf16 (nearest even) as 8 words, lanes 2i and 2i + 1 in word i: a strip
+// row paired along its lanes (the A operand of dV += P^T dO and dK += dS^T Q pairs query rows).
+FLASH_INLINE __m256i lane_pair_words(VecF x) { return (__m256i)_mm512_cvtneps_pbh(x.v); }
+
+// Rows 2u and 2u + 1 (u < ceil(n / 2)) of a strip (16 lanes, row stride 16 floats) as the pair rows
+// dst + u * pair_stride (16 words each, pair_words); the second row of an odd n is zero.
+inline void pack_row_pairs(const float* strip, int64_t n, uint32_t* dst, int64_t pair_stride) {
+  for (int64_t u = 0; 2 * u < n; ++u)
+    _mm512_storeu_si512(
+        dst + u * pair_stride,
+        pair_words(load(strip + 2 * u * kLanes), 2 * u + 1 < n ? load(strip + (2 * u + 1) * kLanes) : zeros()));
+}
+
 // Keys 2u and 2u + 1 of a bf16 K/V tile (rows at element offsets off[0..n) of base) as the words
-// (x[2u][d], x[2u + 1][d]) at dst[u * dim + d]: the A operand of O^T = V^T P^T, transposed layout. The
-// second key of an odd n is zero.
-inline void pack_key_pairs(const void* base, const int64_t* off, int64_t n, int64_t dim, uint32_t* dst) {
+// (x[2u][d], x[2u + 1][d]) at dst[u * pair_stride + (d / 16) * strip_stride + d % 16]: with
+// (dim, 16) the A operand of O^T = V^T P^T (transposed layout), with (16, strip stride) the B operand of
+// dQ += dS K (a strip tile of key pairs). The second key of an odd n is zero.
+inline void pack_key_pairs(const void* base, const int64_t* off, int64_t n, int64_t dim, uint32_t* dst,
+                           int64_t pair_stride, int64_t strip_stride) {
   const uint16_t* x = static_cast<const uint16_t*>(base);
   // unpacklo/hi interleave within 128-bit blocks: block L of lo holds d = 8L..8L+3, of hi 8L+4..8L+7.
   const __m512i first = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
@@ -107,10 +122,11 @@ inline void pack_key_pairs(const void* base, const int64_t* off, int64_t n, int6
       const __m512i a = _mm512_maskz_loadu_epi16(k, r0 + d);
       const __m512i b = r1 ? _mm512_maskz_loadu_epi16(k, r1 + d) : _mm512_setzero_si512();
       const __m512i lo = _mm512_unpacklo_epi16(a, b), hi = _mm512_unpackhi_epi16(a, b);
-      uint32_t* out = dst + u * dim + d;
+      uint32_t* out = dst + u * pair_stride + (d / kLanes) * strip_stride;
       _mm512_mask_storeu_epi32(out, __mmask16((1u << std::min(m, 16)) - 1u), _mm512_permutex2var_epi64(lo, first, hi));
       if (m > 16)
-        _mm512_mask_storeu_epi32(out + 16, __mmask16((1u << (m - 16)) - 1u), _mm512_permutex2var_epi64(lo, second, hi));
+        _mm512_mask_storeu_epi32(out + strip_stride, __mmask16((1u << (m - 16)) - 1u),
+                                 _mm512_permutex2var_epi64(lo, second, hi));
     }
   }
 }
