@@ -33,6 +33,9 @@ struct Backend {
   std::string (*default_decline)() = nullptr;
   // The code path the backend runs in this process (cpu_flash: its instruction-set build); null: one path.
   std::string (*variant)() = nullptr;
+  // Non-null for a backend that leaves some forward calls to the next backend when the call does not name
+  // it, because that one measured faster there: returns why (empty: no preference). Named, it runs them.
+  std::string (*defer_fwd)(const FwdProblem&) = nullptr;
 };
 
 // Why `b` cannot run `p` whatever its supports_* says (a feature its table does not declare), or "".

@@ -82,11 +82,20 @@ void run_on(const Backend& b, const Problem& p, Stream stream) {
   run_padded(p, *copier, [&](const Problem& padded) { Direction<Problem>::run(b, padded, stream); });
 }
 
-// support_reason, for a call that does not name the backend: an opt-in backend also gives its reason.
+// A backend's preference to leave a call it supports to the next one (Backend::defer_fwd).
+std::string defer_reason(const Backend& b, const FwdProblem& p) { return b.defer_fwd ? b.defer_fwd(p) : ""; }
+template <typename Problem>
+std::string defer_reason(const Backend&, const Problem&) {
+  return {};
+}
+
+// support_reason, for a call that does not name the backend: an opt-in backend also gives its reason, and a
+// backend that defers the call to a faster one says so.
 template <typename Problem>
 std::string default_reason(const Backend& b, const Problem& p) {
   std::string why = support_reason(b, p);
   if (why.empty() && b.default_decline != nullptr) why = b.default_decline();
+  if (why.empty()) why = defer_reason(b, p);
   return why;
 }
 

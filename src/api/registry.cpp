@@ -7,7 +7,7 @@ const std::vector<Backend>& registry() {
   // production path, and is chosen only when nothing else supports a call.
   static const std::vector<Backend> backends = {
 #if defined(FLASHATTN_WITH_CUDA)
-    cuda_sm90_backend(),  // opt-in until verified on a GPU (its default_decline)
+    cuda_sm90_backend(),  // ahead of cuda_sm80, which it leaves the calls it declines or defers
     cuda_sm80_backend(),
     cuda_decode_backend(),
     cuda_fa2_simt_backend(),

@@ -1,13 +1,13 @@
 // The cuda_sm90 backend: the Hopper forward (TMA, mbarrier pipeline, wgmma; fwd_kernel.cuh). Compiled into
 // every CUDA build; its kernels exist only where FLASHATTN_CUDA_ARCHS holds 90a (FLASHATTN_SM90A).
-// It has not yet run on a GPU, so the dispatcher skips it unless FLASHATTN_ENABLE_SM90=1 (default_decline);
-// options.backend = "cuda_sm90" runs it regardless. supports_fwd names the first condition a call breaks;
-// those calls fall back to cuda_sm80.
+// supports_fwd names the first condition a call breaks, and defer_fwd the calls cuda_sm80 runs faster;
+// both fall back to cuda_sm80 (options.backend = "cuda_sm90" runs the deferred ones regardless).
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <string_view>
@@ -29,24 +29,26 @@ namespace {
 using cuda::sm90::fwd_bucket;
 using cuda::sm90::fwd_tile;
 
-// Whether the environment variable `name` is "1".
-bool env_on(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr && std::string_view(v) == "1";
-}
-
-// FLASHATTN_ENABLE_SM90=1 lets the dispatcher pick cuda_sm90 on its own (read once per process).
-std::string default_decline() {
-  static const bool enabled = env_on("FLASHATTN_ENABLE_SM90");
-  if (enabled) return {};
-  return "not yet verified on a GPU (set FLASHATTN_ENABLE_SM90=1 or options.backend = \"cuda_sm90\" to run it)";
-}
-
-// FLASHATTN_SM90_PINGPONG=1 turns on the consumer warpgroups' ping-pong (fwd_kernel.cuh; read once per
-// process): off until measured, so that one build runs both ways.
+// The consumer warpgroups' ping-pong (fwd_kernel.cuh) is on: it measured faster at every point of the
+// sweep on the H200 (bench/NOTES.md, session 15). FLASHATTN_SM90_PINGPONG=0 turns it off (read once per
+// process), for A/B runs.
 bool pingpong_enabled() {
-  static const bool on = env_on("FLASHATTN_SM90_PINGPONG");
+  static const bool on = [] {
+    const char* v = std::getenv("FLASHATTN_SM90_PINGPONG");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
   return on;
+}
+
+// Calls cuda_sm80 runs faster, measured on the H200 (bench/results/2026-12-06-h200-sm90-forward.md): head
+// dims of the 64 bucket on sequences shorter than 2k (sm90 0.89-0.95x sm80 at 512-1k; 1.01-1.09x at 2k),
+// where the 128-row tile with one K/V tile in flight per stage has too few key tiles to fill its pipeline.
+std::string defer_fwd(const FwdProblem& p) {
+  constexpr int64_t kMinSeqlen64 = 2048;
+  if (fwd_bucket(p.head_dim) == 64 && std::max(p.seqlen_q, p.seqlen_k) < kMinSeqlen64)
+    return "head_dim " + std::to_string(p.head_dim) + " below " + std::to_string(kMinSeqlen64) +
+           " tokens: cuda_sm80 measured faster";
+  return {};
 }
 
 constexpr bool bucket_compiled(int bucket) {
@@ -181,7 +183,7 @@ const Backend& cuda_sm90_backend() {
     x.device = DeviceType::cuda;
     x.supports_fwd = &supports_fwd;
     x.run_fwd = &run_fwd;
-    x.default_decline = &default_decline;
+    x.defer_fwd = &defer_fwd;
     return x;
   }();
   return b;
