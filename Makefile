@@ -93,12 +93,14 @@ test-tsan: setup
 	  TSAN_OPTIONS='halt_on_error=1 ignore_noninstrumented_modules=1 second_deadlock_stack=1' \
 	  ./build-tsan/tests/cpp/flashattn_tests --gtest_brief=1 '--gtest_filter=$(SAN_TEST_FILTER)'
 
-# New inputs go to build-asan/corpus (tests/fuzz/corpus, the committed seeds, is only read); a failing
+# New inputs go to build-asan/corpus; the committed seeds are tests/fuzz/corpus.tar (one file rather than
+# ~400 small ones), unpacked into build-asan/seeds and only read; a failing
 # input is saved as build-asan/crash-<sha1> and replays with ./build-asan/tests/fuzz/flashattn_fuzz_c_api <file>.
 fuzz: setup
 	$(ASAN_CONFIGURE)
 	$(CMAKE) --build build-asan -j $(JOBS) --target flashattn_fuzz_c_api
-	mkdir -p build-asan/corpus
+	mkdir -p build-asan/corpus build-asan/seeds
+	tar -xf tests/fuzz/corpus.tar -C build-asan/seeds
 	ASAN_OPTIONS=$(ASAN_OPTS):allocator_may_return_null=1 $(SAN_ENV) \
 	  ./build-asan/tests/fuzz/flashattn_fuzz_c_api -max_total_time=$(FUZZ_TIME) -timeout=30 -print_final_stats=1 \
-	  -artifact_prefix=build-asan/ build-asan/corpus tests/fuzz/corpus
+	  -artifact_prefix=build-asan/ build-asan/corpus build-asan/seeds
