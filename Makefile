@@ -12,6 +12,9 @@ CMAKE := $(VENV)/bin/cmake
 CTEST := $(VENV)/bin/ctest
 PY := $(VENV)/bin/python
 CMAKE_ARGS ?=
+# GPU architectures of the build folder, passed on every configure so that the folder follows the target
+# that uses it (a cached value would otherwise outlive `make test`'s 90a-only build).
+CUDA_ARCHS ?= 80;90a
 
 .PHONY: all setup setup-torch configure build test test-cpp test-python bench format clean
 
@@ -21,7 +24,8 @@ setup:
 	./scripts/setup.sh
 
 configure: setup
-	$(CMAKE) -S . -B $(BUILD) -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV)/bin/ninja) $(CMAKE_ARGS)
+	$(CMAKE) -S . -B $(BUILD) -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV)/bin/ninja) \
+	  '-DFLASHATTN_CUDA_ARCHS=$(CUDA_ARCHS)' $(CMAKE_ARGS)
 
 build: configure
 	$(CMAKE) --build $(BUILD) -j $(JOBS)
@@ -45,7 +49,7 @@ TEST_FUZZ_TIME ?= 60
 # The test build compiles the CUDA kernels once, for 90a: the sm_80 instances are the same source (a
 # compile check is what CI gets from them on a machine without a GPU), and both architectures doubled the
 # longest step of CI. `make build` and the wheel keep FLASHATTN_CUDA_ARCHS's default (80;90a).
-test-cpp: CMAKE_ARGS += -DFLASHATTN_CUDA_ARCHS=90a
+test-cpp: CUDA_ARCHS = 90a
 
 test: test-cpp test-python
 	$(MAKE) test-asan

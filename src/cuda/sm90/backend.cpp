@@ -111,7 +111,6 @@ std::string supports_fwd(const FwdProblem& p) {
     return "head_dim " + std::to_string(p.head_dim) + " (a multiple of 8 in (32, 256])";
   if (!bucket_compiled(bucket))
     return "head_dim bucket " + std::to_string(bucket) + " not compiled (FLASHATTN_HEAD_DIMS)";
-  if (p.paged_kv()) return "paged K/V (block_table) not yet implemented";
   if (p.dropout.p > 0.0f) return "dropout not yet implemented";
   // TMA coordinates are int32; rows (packed rows for varlen), heads and batch index the maps directly.
   constexpr int64_t kMaxCoord = int64_t(1) << 30;
