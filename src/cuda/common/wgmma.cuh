@@ -75,6 +75,16 @@ __device__ __forceinline__ void fence_operands(float (&acc)[kN][4]) {
     for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(acc[j][e])::"memory");
 }
 
+// The same for register operands (A fragments) that a wgmma in flight still reads: keeps them live, and
+// unmodified, until this point (after the wait), so the compiler does not reuse their registers earlier.
+template <int kN>
+__device__ __forceinline__ void fence_operands(uint32_t (&regs)[kN][4]) {
+#pragma unroll
+  for (int j = 0; j < kN; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(regs[j][e])::"memory");
+}
+
 // Orders this thread's generic-proxy writes of shared memory (cp.async included) before later
 // async-proxy reads (wgmma) of it; a barrier must follow.
 __device__ __forceinline__ void fence_proxy_async() {

@@ -19,6 +19,7 @@ struct FwdArgs {
   int group = 1;          // query heads per kv head
   int num_m_blocks = 0;   // query tiles per (sequence, head)
   bool pingpong = false;  // the consumer warpgroups take turns at their products (fwd_kernel.cuh)
+  bool overlap = false;   // S of the next key tile overlaps P V of this one, inside a warpgroup (fwd_kernel.cuh)
 };
 
 }  // namespace flashattn::detail::cuda::sm90

@@ -40,6 +40,20 @@ bool pingpong_enabled() {
   return on;
 }
 
+// The intra-warpgroup overlap of the next key tile's Q K^T with this tile's P V (fwd_kernel.cuh), per
+// bucket: on for the 64 bucket (1.04-1.10x at 2k-16k tokens on the H100), off for 128 and 256, where it
+// measured 0.90-0.98x and 0.85-0.95x beside the ping-pong (bench/NOTES.md, session 16; at 256 the
+// registers of P in flight spill). FLASHATTN_SM90_OVERLAP=0 or 1 sets it for every bucket (read once per
+// process), for A/B runs.
+bool overlap_enabled(int bucket) {
+  static const int forced = [] {
+    const char* v = std::getenv("FLASHATTN_SM90_OVERLAP");
+    if (v == nullptr) return -1;
+    return std::string_view(v) == "1" ? 1 : std::string_view(v) == "0" ? 0 : -1;
+  }();
+  return forced >= 0 ? forced == 1 : bucket == 64;
+}
+
 // Calls cuda_sm80 runs faster, measured on the H200 (bench/results/2026-12-06-h200-sm90-forward.md): head
 // dims of the 64 bucket on sequences shorter than 2k (sm90 0.89-0.95x sm80 at 512-1k; 1.01-1.09x at 2k),
 // where the 128-row tile with one K/V tile in flight per stage has too few key tiles to fill its pipeline.
@@ -152,6 +166,7 @@ void run_fwd(const FwdProblem& p, Stream stream) {
   args.group = int(p.group_size());
   args.num_m_blocks = int(cuda::ceil_div(p.seqlen_q, tile.block_m));
   args.pingpong = pingpong_enabled();
+  args.overlap = overlap_enabled(bucket);
   if (int64_t(args.num_m_blocks) * p.heads * p.batch == 0) return;
   const int64_t batch = map_batch(p);
   args.q_map = cuda::sm90::make_rows_map(p.q, p.dtype, p.head_dim, map_rows_q(p), p.heads, batch, tile.block_m);

@@ -29,13 +29,13 @@
 #include <cstdint>
 
 #include "common/score.h"
+#include "cuda/attn/fragment_mask.cuh"
+#include "cuda/attn/softmax.cuh"
+#include "cuda/attn/tile_range.h"
 #include "cuda/common/async_ptx.cuh"
 #include "cuda/common/check.h"
 #include "cuda/common/launch.h"
 #include "cuda/common/ptx.h"
-#include "cuda/attn/fragment_mask.cuh"
-#include "cuda/attn/softmax.cuh"
-#include "cuda/attn/tile_range.h"
 #include "cuda/common/wgmma.cuh"
 #include "cuda/sm80/fragments.cuh"
 #include "cuda/sm80/smem_layout.h"
@@ -82,12 +82,9 @@ struct FwdConsumer {
     wgmma::fence_operands(acc);
   }
 
-  // Issues O += P V with P = s (fp32 probabilities of this warp's rows) rounded to T in registers: two
-  // adjacent n8 groups of the accumulator are the A fragment of one k16 step (cuda/common/wgmma.cuh);
-  // finish(o) waits for it.
-  __device__ __forceinline__ static void pv_issue(float (&o)[kOFrags][4], const float (&s)[kSFrags][4],
-                                                  uint32_t v_base) {
-    uint32_t pa[kPVSteps][4];
+  // P = s (fp32 probabilities of this warp's rows) rounded to T in registers: two adjacent n8 groups of
+  // the accumulator are the A fragment of one k16 step (cuda/common/wgmma.cuh).
+  __device__ __forceinline__ static void pack_p(uint32_t (&pa)[kPVSteps][4], const float (&s)[kSFrags][4]) {
 #pragma unroll
     for (int kk = 0; kk < kPVSteps; ++kk) {
       pa[kk][0] = ptx::pack2<T>(s[2 * kk][0], s[2 * kk][1]);
@@ -95,12 +92,25 @@ struct FwdConsumer {
       pa[kk][2] = ptx::pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
       pa[kk][3] = ptx::pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
     }
+  }
+
+  // Issues O += P V with P packed by pack_p; pa must stay untouched until the product completes.
+  __device__ __forceinline__ static void pv_issue_packed(float (&o)[kOFrags][4], uint32_t (&pa)[kPVSteps][4],
+                                                         uint32_t v_base) {
     wgmma::fence();  // orders the packing and the rescale of o before the wgmma reads them
 #pragma unroll
     for (int kk = 0; kk < kPVSteps; ++kk)
       wgmma::mma_rs_m64k16_tn<T, kOFrags>(
           o, pa[kk], wgmma::smem_desc(v_base + mnmajor_start(kk), mnmajor_leading(kBlockN), kSwizzleAtomBytes));
     wgmma::commit_group();
+  }
+
+  // Issues O += P V with P = s; finish(o) waits for it.
+  __device__ __forceinline__ static void pv_issue(float (&o)[kOFrags][4], const float (&s)[kSFrags][4],
+                                                  uint32_t v_base) {
+    uint32_t pa[kPVSteps][4];
+    pack_p(pa, s);
+    pv_issue_packed(o, pa, v_base);
   }
 };
 
@@ -231,22 +241,28 @@ __global__ void __launch_bounds__(fwd_tile(kHeadDim).threads(), 1) fwd_kernel(co
   attn::ScoreArgs score_args;
   score_args.scale_log2 = args.scale_log2;
   const attn::ScoreFn score = attn::ScoreFn::make(p.score, score_args, t.b, t.h);
-  // Logits (kGeneral), mask and online softmax of key tile n in s (P afterwards), and O's rescale.
-  const auto softmax_tile = [&](int n) {
+  // Logits (kGeneral), mask and online softmax of key tile n in s (P afterwards); O's factors in rescale.
+  const auto softmax_only = [&](int n, float(&rescale)[1][2]) {
     const int64_t key0 = int64_t(n) * kBlockN;
     if constexpr (kGeneral) attn::logits_rowmajor(s, score, mask, t.m0 + warp_row0, key0, lane);
     if (!attn::tile_fully_visible(mask, t.m0, t.m0 + t.valid_rows - 1, key0, key0 + kBlockN - 1))
       attn::mask_rowmajor(s, mask, t.m0 + warp_row0, key0, lane);
-    float rescale[1][2];
     softmax.update(s, rescale, kGeneral ? 1.0f : args.scale_log2);
-    // Every factor is exactly 1 once a warp's row maxima stop growing: skip the multiplies then (a
-    // warp-uniform vote; the product that reads o is warpgroup-wide but reads it only after its fence).
+  };
+  // Every factor is exactly 1 once a warp's row maxima stop growing: skip the multiplies then (a
+  // warp-uniform vote; the product that reads o is warpgroup-wide but reads it only after its fence).
+  const auto rescale_o = [&](const float(&rescale)[1][2]) {
     if (__any_sync(0xffffffffu, rescale[0][0] != 1.0f || rescale[0][1] != 1.0f)) {
 #pragma unroll
       for (int j = 0; j < Consumer::kOFrags; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) o[j][e] *= rescale[0][e >> 1];
     }
+  };
+  const auto softmax_tile = [&](int n) {
+    float rescale[1][2];
+    softmax_only(n, rescale);
+    rescale_o(rescale);
   };
   // Ping-pong (args.pingpong): the two consumer warpgroups take turns at issuing their products, so that
   // one's softmax runs while the other's products occupy the tensor cores. A turn is the section from
@@ -270,7 +286,39 @@ __global__ void __launch_bounds__(fwd_tile(kHeadDim).threads(), 1) fwd_kernel(co
     Consumer::finish(s[0]);
     softmax_tile(t.n_begin);
   }
-  for (int n = t.n_begin; n < t.n_end; ++n) {
+  int n = t.n_begin;
+  if (args.overlap) {
+    // Overlap inside the warpgroup (args.overlap): S of tile n + 1 is issued before O += P V of tile n, and
+    // its softmax runs while that product is on the tensor cores. P of tile n waits in registers (pa),
+    // packed before S is overwritten; O's rescale for tile n + 1 waits for the product of tile n (which
+    // was computed with tile n's maxima). wgmma groups complete in issue order: wait_group<1> ends S's.
+    // Every pass issues both products, and the last tile's P V is left to the plain loop below: a product
+    // issued under a condition while another is in flight makes ptxas serialise every wgmma of the kernel
+    // (C7514). With the ping-pong, a turn is the issue of both products.
+    uint32_t pa[Consumer::kPVSteps][4];
+    for (; n + 1 < t.n_end; ++n) {
+      Consumer::pack_p(pa, s[0]);
+      PipelineState<kStages> next = st;
+      next.advance();
+      if (pingpong) async::named_barrier_sync(my_turn, kTurnThreads);
+      async::mbarrier_wait(k_full(next.stage), next.full_parity());
+      Consumer::qk_issue(s[0], base, wg_row0, base + uint32_t(kTile.k_offset(next.stage)));
+      async::mbarrier_wait(v_full(st.stage), st.full_parity());
+      Consumer::pv_issue_packed(o, pa, base + uint32_t(kTile.v_offset(st.stage)));
+      async::named_barrier_arrive(pingpong, other_turn, kTurnThreads);
+      float rescale[1][2];
+      wgmma::wait_group<1>();
+      wgmma::fence_operands(s[0]);
+      softmax_only(n + 1, rescale);
+      wgmma::wait_group<0>();
+      wgmma::fence_operands(o);
+      wgmma::fence_operands(pa);
+      async::mbarrier_arrive(empty(st.stage));  // the tensor cores are done reading K[n] and V[n]
+      rescale_o(rescale);
+      st = next;
+    }
+  }
+  for (; n < t.n_end; ++n) {
     if (pingpong) async::named_barrier_sync(my_turn, kTurnThreads);
     async::mbarrier_wait(v_full(st.stage), st.full_parity());
     Consumer::pv_issue(o, s[0], base + uint32_t(kTile.v_offset(st.stage)));
