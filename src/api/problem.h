@@ -82,7 +82,9 @@ struct FwdProblem {
 
   bool varlen() const { return cu_seqlens_q != nullptr; }
   bool paged_kv() const { return paged.block_table != nullptr; }
-  int64_t group_size() const { return heads / heads_k; }  // query heads per kv head
+  // Query heads per kv head; 1 for a call with no heads at all (heads = heads_k = 0, an empty call that a
+  // forced backend's capability check still sees).
+  int64_t group_size() const { return heads_k > 0 ? heads / heads_k : 1; }
 };
 
 struct BwdProblem : FwdProblem {
@@ -140,7 +142,7 @@ struct KVCacheProblem {
   void* (*workspace_allocator)(size_t bytes, void* context) = nullptr;
   void* workspace_context = nullptr;
 
-  int64_t group_size() const { return heads / heads_k; }
+  int64_t group_size() const { return heads_k > 0 ? heads / heads_k : 1; }  // as FwdProblem's
 };
 
 }  // namespace flashattn::detail

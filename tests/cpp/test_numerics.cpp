@@ -12,6 +12,8 @@
 #include <random>
 #include <utility>
 
+#include "api/backend.h"
+#include "api/validate.h"
 #include "attention_case.h"
 #include "backend_params.h"
 #include "criterion.h"
@@ -402,6 +404,44 @@ TEST_P(Numerics, EmptyShapesRunAndWriteEveryOutput) {
     expect_forward_within_criterion(fwd, reference_forward(in), naive, cfg.dtype);
     const std::optional<BwdOutputs> bwd = backward_if_supported(in, fwd, GetParam(), device());
     if (bwd) expect_backward_within_criterion(*bwd, reference_backward(in), naive, cfg.dtype);
+  }
+}
+
+// The capability checks of every backend of the build, CUDA ones included, run on the host: asked about
+// empty calls (as a forced backend is, where the dispatcher would run none), none may divide by a zero
+// size. Runs without a GPU, so that CI sees what only the GPU tests' forced backends used to reach
+// (cuda_naive's check divided by heads_k = 0).
+TEST(EmptyShapes, EveryBackendsCapabilityCheckTakesThem) {
+  AttnConfig no_batch = small_causal(DType::f16), no_queries = no_batch, no_keys = no_batch, no_heads = no_batch;
+  no_batch.batch = 0;
+  no_queries.seqlen_q = 0;
+  no_keys.seqlen_k = 0;
+  no_heads.heads = no_heads.heads_k = 0;
+  for (const AttnConfig& cfg : {no_batch, no_queries, no_keys, no_heads}) {
+    SCOPED_TRACE(cfg.name());
+    const AttnInputs in = make_inputs(cfg, 3);
+    flashattn::detail::FwdProblem fwd;
+    const FwdOutputs out = run_forward_via(
+        in, "", Device::cpu(), [&](const flashattn::FwdParams& p) { fwd = flashattn::detail::make_fwd_problem(p); });
+    flashattn::detail::BwdProblem bwd;
+    run_backward_via(in, out, "", Device::cpu(), false,
+                     [&](const flashattn::BwdParams& p) { bwd = flashattn::detail::make_bwd_problem(p); });
+    EXPECT_EQ(fwd.heads, cfg.heads);
+    EXPECT_EQ(bwd.batch, cfg.batch);
+    // A check that needs the device's properties throws flashattn::Error where there is none: an
+    // answer; a fault would end the process.
+    const auto ask = [](auto&& check) {
+      try {
+        (void)check();
+      } catch (const flashattn::Error&) {
+      }
+    };
+    for (const flashattn::detail::Backend& b : flashattn::detail::registry()) {
+      SCOPED_TRACE(b.name);
+      ask([&] { return flashattn::detail::capability_reason(b, fwd); });
+      if (b.supports_fwd) ask([&] { return b.supports_fwd(fwd); });
+      if (b.supports_bwd) ask([&] { return b.supports_bwd(bwd); });
+    }
   }
 }
 
