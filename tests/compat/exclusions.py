@@ -4,6 +4,8 @@ them), reports the counts, and optionally keeps a seeded random sample of the re
 
 import random
 
+import pytest
+
 # Tests that decode flash-attn's S_dmask (the dropout pattern and unnormalised probabilities returned by
 # return_attn_probs=True): flashattn returns None in that slot. Their dropout_p == 0 cases stay in.
 READS_S_DMASK = {
@@ -40,6 +42,8 @@ def exclusion_reason(item):
     return None
 
 
+# Last, so that the sample is drawn from what -k and -m left.
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session, config, items):
     kept, dropped = [], {}
     for item in items:
