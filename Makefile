@@ -76,10 +76,13 @@ clean:
 SAN_CXX ?= clang++
 SAN_TEST_FILTER ?= *
 FUZZ_TIME ?= 120
+# -O1: the sanitizer builds' longest step was compiling the CPU kernels' SIMD templates at -O2 under
+# ASan + UBSan (bench/NOTES.md, session 16); -O1 is also what the sanitizers' documentation advises.
+SAN_OPT_FLAGS ?= '-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -DNDEBUG'
 # One instruction-set build of cpu_flash (this machine's, FLASHATTN_NATIVE) under the sanitizers: the portable
 # build's four copies are the same source, and `make test-cpp` runs the catalogue on each of them.
 SAN_CONFIGURE = $(CMAKE) -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV)/bin/ninja) -DCMAKE_CXX_COMPILER=$(SAN_CXX) \
-                -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFLASHATTN_CUDA=OFF -DFLASHATTN_MPI=OFF -DFLASHATTN_BUILD_BENCH=OFF \
+                -DCMAKE_BUILD_TYPE=RelWithDebInfo $(SAN_OPT_FLAGS) -DFLASHATTN_CUDA=OFF -DFLASHATTN_MPI=OFF -DFLASHATTN_BUILD_BENCH=OFF \
                 -DFLASHATTN_NATIVE=ON
 ASAN_OPTS = abort_on_error=1:detect_leaks=1:detect_stack_use_after_return=1
 SAN_ENV = UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
