@@ -66,23 +66,21 @@ __device__ __forceinline__ void wait_group() {
 #endif
 }
 
-// Keeps the compiler from moving ordinary reads or writes of acc across the surrounding wgmma waits.
-template <int kN>
-__device__ __forceinline__ void fence_operands(float (&acc)[kN][4]) {
+// Keeps the compiler from moving ordinary reads or writes of wgmma registers across the surrounding waits:
+// fp32 accumulators, and A fragments (packed 16-bit pairs) that a wgmma in flight still reads, which must
+// stay live and unmodified until this point so that their registers are not reused earlier.
+template <typename R, int kN>
+__device__ __forceinline__ void fence_operands(R (&regs)[kN][4]) {
+  static_assert(std::is_same_v<R, float> || std::is_same_v<R, uint32_t>, "accumulators or A fragments");
 #pragma unroll
   for (int j = 0; j < kN; ++j)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(acc[j][e])::"memory");
-}
-
-// The same for register operands (A fragments) that a wgmma in flight still reads: keeps them live, and
-// unmodified, until this point (after the wait), so the compiler does not reuse their registers earlier.
-template <int kN>
-__device__ __forceinline__ void fence_operands(uint32_t (&regs)[kN][4]) {
-#pragma unroll
-  for (int j = 0; j < kN; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(regs[j][e])::"memory");
+    for (int e = 0; e < 4; ++e) {
+      if constexpr (std::is_same_v<R, float>)
+        asm volatile("" : "+f"(regs[j][e])::"memory");
+      else
+        asm volatile("" : "+r"(regs[j][e])::"memory");
+    }
 }
 
 // Orders this thread's generic-proxy writes of shared memory (cp.async included) before later

@@ -29,29 +29,27 @@ namespace {
 using cuda::sm90::fwd_bucket;
 using cuda::sm90::fwd_tile;
 
+// A kernel variant that is on unless the environment variable `name` is "0" (read once per process by
+// each caller's static), for A/B runs.
+bool env_switch_on(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr || std::string_view(v) != "0";
+}
+
 // The consumer warpgroups' ping-pong (fwd_kernel.cuh) is on: it measured faster at every point of the
-// sweep on the H200 (bench/NOTES.md, session 15). FLASHATTN_SM90_PINGPONG=0 turns it off (read once per
-// process), for A/B runs.
+// sweep on the H200 (bench/NOTES.md, session 15). FLASHATTN_SM90_PINGPONG=0 turns it off.
 bool pingpong_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("FLASHATTN_SM90_PINGPONG");
-    return v == nullptr || std::string_view(v) != "0";
-  }();
+  static const bool on = env_switch_on("FLASHATTN_SM90_PINGPONG");
   return on;
 }
 
-// The intra-warpgroup overlap of the next key tile's Q K^T with this tile's P V (fwd_kernel.cuh), per
-// bucket: on for the 64 bucket (1.04-1.10x at 2k-16k tokens on the H100), off for 128 and 256, where it
-// measured 0.90-0.98x and 0.85-0.95x beside the ping-pong (bench/NOTES.md, session 16; at 256 the
-// registers of P in flight spill). FLASHATTN_SM90_OVERLAP=0 or 1 sets it for every bucket (read once per
-// process), for A/B runs.
-bool overlap_enabled(int bucket) {
-  static const int forced = [] {
-    const char* v = std::getenv("FLASHATTN_SM90_OVERLAP");
-    if (v == nullptr) return -1;
-    return std::string_view(v) == "1" ? 1 : std::string_view(v) == "0" ? 0 : -1;
-  }();
-  return forced >= 0 ? forced == 1 : bucket == 64;
+// The intra-warpgroup overlap of the next key tile's Q K^T with this tile's P V (fwd_kernel.cuh) is on:
+// the kernel has it in the 64 bucket only (1.04-1.10x there at 2k-16k tokens on the H100; 0.90-0.98x at
+// 128 and 0.85-0.95x at 256 beside the ping-pong, bench/NOTES.md, session 16). FLASHATTN_SM90_OVERLAP=0
+// turns it off.
+bool overlap_enabled() {
+  static const bool on = env_switch_on("FLASHATTN_SM90_OVERLAP");
+  return on;
 }
 
 // Calls cuda_sm80 runs faster, measured on the H200 (bench/results/2026-12-06-h200-sm90-forward.md): head
@@ -166,7 +164,7 @@ void run_fwd(const FwdProblem& p, Stream stream) {
   args.group = int(p.group_size());
   args.num_m_blocks = int(cuda::ceil_div(p.seqlen_q, tile.block_m));
   args.pingpong = pingpong_enabled();
-  args.overlap = overlap_enabled(bucket);
+  args.overlap = overlap_enabled();
   if (int64_t(args.num_m_blocks) * p.heads * p.batch == 0) return;
   const int64_t batch = map_batch(p);
   args.q_map = cuda::sm90::make_rows_map(p.q, p.dtype, p.head_dim, map_rows_q(p), p.heads, batch, tile.block_m);
