@@ -114,6 +114,46 @@ TEST(CudaSm90Host, MnMajorDescriptorsReadV) {
                 << "rows " << rows << " dim " << dim << " kk " << kk << " k " << k << " n " << n;
 }
 
+// Paged K/V: a key tile is loaded as boxes of paged_box_rows rows, each from one page. The box height
+// divides the page and the tile, is a multiple of 8, and the boxes written at their row offsets make the
+// whole tile's layout (what the descriptors read); 0 exactly where no such height exists.
+TEST(CudaSm90Host, PagedBoxesMakeTheTileLayout) {
+  for (int block_n : {80, 128})
+    for (int64_t page : {1, 3, 5, 8, 12, 16, 24, 40, 48, 64, 80, 100, 128, 160, 256, 272, 1024}) {
+      SCOPED_TRACE("block_n " + std::to_string(block_n) + " page " + std::to_string(page));
+      const int box = sm90::paged_box_rows(page, block_n);
+      bool exists = false;
+      for (int h = 8; h <= block_n; h += 8) exists = exists || (page % h == 0 && block_n % h == 0);
+      ASSERT_EQ(box != 0, exists);
+      if (box == 0) continue;
+      EXPECT_EQ(page % box, 0);
+      EXPECT_EQ(block_n % box, 0);
+      for (int h = box + 8; h <= block_n; h += 8) EXPECT_FALSE(page % h == 0 && block_n % h == 0) << h;
+      for (int c = 0; c < block_n / box; ++c)
+        for (int r = 0; r < box; ++r)
+          for (int col = 0; col < 128; ++col) {
+            const uint32_t panel = uint32_t(col / 64) * uint32_t(block_n) * 128 + uint32_t(c * box) * 128;
+            ASSERT_EQ(tma_box_offset(panel, r, col % 64), sm90::tile_byte_offset(block_n, c * box + r, col))
+                << "box " << c << " row " << r << " col " << col;
+          }
+    }
+  EXPECT_EQ(sm90::paged_box_rows(0, 128), 0);
+}
+
+// The clearing of a V tile's rows past a sequence (fwd_kernel.cuh, clear_rows) writes whole 128-byte panel
+// rows: row r of panel p is exactly bytes [p * rows * 128 + r * 128, + 128) of the tile, whatever the
+// swizzle does inside it.
+TEST(CudaSm90Host, PanelRowsAreContiguous) {
+  for (int rows : {80, 128})
+    for (int r = 0; r < rows; ++r)
+      for (int col = 0; col < 256; ++col) {
+        const uint32_t row_start = uint32_t(col / 64) * uint32_t(rows) * 128 + uint32_t(r) * 128;
+        const uint32_t off = sm90::tile_byte_offset(rows, r, col);
+        ASSERT_GE(off, row_start);
+        ASSERT_LT(off, row_start + 128);
+      }
+}
+
 TEST(CudaSm90Host, TileTableFitsHopper) {
   constexpr int kSmemOptin = 227 * 1024;  // sm_90's opt-in shared memory per CTA
   for (int bucket : {64, 96, 128, 160, 192, 224, 256}) {
@@ -477,6 +517,49 @@ TEST(CudaSm90, VarlenAndScoreModsAtSequenceEdges) {
         expect_sm90_forward(c, ++seed);
         if (HasFatalFailure() || IsSkipped()) return;
       }
+}
+
+// Paged K/V (vLLM's call: a varlen forward with block_table and seqused_k) at each bucket: page sizes whose
+// box is smaller than the key tile (8, 16, 48: a tile spans pages, and at 48 a page spans tiles), one page
+// per tile or more (128, 256 where the 80-key tile straddles pages), the unused rows of the pool NaN (the
+// last tile's rows past a sequence are cleared before P V), causal and not, GQA; seqused_k over contiguous
+// keys too (NaN keys past each used count). Page sizes without a box that is a multiple of 8 are declined.
+TEST(CudaSm90, PagedVarlenAtPageAndTileBoundaries) {
+  FA_SKIP_WITHOUT_GPU(kBackend);
+  uint64_t seed = 2900;
+  const std::vector<int64_t> q_lens = {1, 129, 0, 300, 63};
+  const std::vector<int64_t> k_lens = {700, 200, 5, 300, 1};
+  for (int64_t dim : {64, 128, 256, 192})
+    for (int64_t page : {0, 8, 16, 48, 128, 256})
+      for (bool causal : {false, true}) {
+        AttnConfig c;
+        c.dtype = (seed % 2) ? flashattn::DType::bf16 : flashattn::DType::f16;
+        c.head_dim = dim;
+        c.heads = 4;
+        c.heads_k = (seed % 3) ? 1 : 2;
+        c.varlen_q = q_lens;
+        c.varlen_k = k_lens;
+        c.page_size = page;
+        c.seqused_k = page == 0 || seed % 2 == 0;
+        c.causal = causal;
+        c.softcap = (seed % 5 == 0) ? 30.0f : 0.0f;
+        SCOPED_TRACE(c.name());
+        const AttnInputs in = make_inputs(c, ++seed);
+        FwdOutputs got;
+        try {
+          got = run_forward(in, kBackend, flashattn::Device::cuda(0));
+        } catch (const flashattn::Error& e) {
+          if (e.status() != flashattn::Status::unsupported) throw;
+          const std::string why = e.what();
+          if (why.find("compute capability") != std::string::npos || why.find("no sm_90a") != std::string::npos)
+            GTEST_SKIP() << why;
+          FAIL() << "declined: " << why;
+        }
+        expect_forward_within_criterion(got, reference_forward(in), naive_lowp(in, false), c.dtype);
+        if (HasFatalFailure()) return;
+      }
+  const flashattn::detail::Backend& b = flashattn::detail::cuda_sm90_backend();
+  EXPECT_TRUE(b.paged_varlen_fwd);
 }
 
 // Bitwise identical results run to run (one tile per CTA, a fixed order of every sum), causal with GQA at

@@ -23,6 +23,11 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// Stores 16 zero bytes at shared address `addr` (16-byte aligned), without a 64-bit generic pointer.
+__device__ __forceinline__ void st_shared_zero16(uint32_t addr) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(addr), "r"(0u) : "memory");
+}
+
 // The global nanosecond timer and the SM the calling thread runs on (kernel traces).
 __device__ __forceinline__ uint64_t global_ns() {
   uint64_t t;

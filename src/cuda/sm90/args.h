@@ -20,6 +20,10 @@ struct FwdArgs {
   int num_m_blocks = 0;   // query tiles per (sequence, head)
   bool pingpong = false;  // the consumer warpgroups take turns at their products (fwd_kernel.cuh)
   bool overlap = false;   // S of the next key tile overlaps P V of this one, inside a warpgroup (fwd_kernel.cuh)
+  // Paged K/V (p.paged.block_table): k_map / v_map are (head dim, page rows, heads, blocks) with boxes of
+  // paged_box_rows rows (fwd_tile.h); 0 when K/V are not paged.
+  int paged_box_rows = 0;
+  int paged_columns = 0;  // block-table entries a sequence can use: capacity / page_size
 };
 
 }  // namespace flashattn::detail::cuda::sm90

@@ -92,10 +92,14 @@ void run_bucket(const cuda::sm90::FwdArgs& args, DType dtype, bool general, cuda
 }
 
 // Rows and sequences of the TMA maps: a varlen call's q and k are packed (total rows, heads) tensors, one
-// "sequence" of all their rows, and the kernel adds each sequence's first row (cu_seqlens) itself.
+// "sequence" of all their rows, and the kernel adds each sequence's first row (cu_seqlens) itself. Paged
+// K/V are (page rows, heads, blocks): the kernel takes each box's block from the block table.
 int64_t map_rows_q(const FwdProblem& p) { return p.varlen() ? p.total_q : p.seqlen_q; }
-int64_t map_rows_k(const FwdProblem& p) { return p.varlen() ? p.total_k : p.seqlen_k; }
 int64_t map_batch(const FwdProblem& p) { return p.varlen() ? 1 : p.batch; }
+int64_t map_rows_k(const FwdProblem& p) {
+  return p.paged_kv() ? p.paged.page_size : p.varlen() ? p.total_k : p.seqlen_k;
+}
+int64_t map_batch_k(const FwdProblem& p) { return p.paged_kv() ? p.paged.num_blocks : map_batch(p); }
 
 std::string device_reason(int device) {
   int major = 0, minor = 0;
@@ -127,14 +131,17 @@ std::string supports_fwd(const FwdProblem& p) {
   // TMA coordinates are int32; rows (packed rows for varlen), heads and batch index the maps directly.
   constexpr int64_t kMaxCoord = int64_t(1) << 30;
   if (map_rows_q(p) > kMaxCoord || map_rows_k(p) > kMaxCoord || p.seqlen_q > kMaxCoord || p.seqlen_k > kMaxCoord ||
-      p.heads > kMaxCoord || p.batch > kMaxCoord)
+      p.heads > kMaxCoord || p.batch > kMaxCoord || map_batch_k(p) > kMaxCoord || p.paged.capacity > kMaxCoord)
     return "a dimension above 2^30 (32-bit TMA coordinates)";
+  if (p.paged_kv() && cuda::sm90::paged_box_rows(p.paged.page_size, fwd_tile(bucket).block_n) == 0)
+    return "paged K/V: page_size " + std::to_string(p.paged.page_size) + " and the " +
+           std::to_string(fwd_tile(bucket).block_n) + "-key tile have no common divisor that is a multiple of 8";
   const int64_t tiles = cuda::ceil_div(p.seqlen_q, fwd_tile(bucket).block_m) * p.heads * p.batch;
   if (tiles > cuda::kMaxGridX) return "the forward needs " + std::to_string(tiles) + " CTAs, above 2^31 - 1";
-  for (const auto& [view, rows, heads, name] :
-       {std::tuple{p.q, map_rows_q(p), p.heads, "q"}, std::tuple{p.k, map_rows_k(p), p.heads_k, "k"},
-        std::tuple{p.v, map_rows_k(p), p.heads_k, "v"}})
-    if (std::string r = cuda::sm90::tma_view_reason(view, 2, rows, heads, map_batch(p), name); !r.empty()) return r;
+  for (const auto& [view, rows, heads, batch, name] : {std::tuple{p.q, map_rows_q(p), p.heads, map_batch(p), "q"},
+                                                       std::tuple{p.k, map_rows_k(p), p.heads_k, map_batch_k(p), "k"},
+                                                       std::tuple{p.v, map_rows_k(p), p.heads_k, map_batch_k(p), "v"}})
+    if (std::string r = cuda::sm90::tma_view_reason(view, 2, rows, heads, batch, name); !r.empty()) return r;
   // out is written with 16-byte stores (the epilogue's chunks).
   if (reinterpret_cast<uintptr_t>(p.out.ptr) % 16 != 0 || p.out.row_stride % 8 != 0 || p.out.head_stride % 8 != 0 ||
       p.out.batch_stride % 8 != 0)
@@ -166,10 +173,18 @@ void run_fwd(const FwdProblem& p, Stream stream) {
   args.pingpong = pingpong_enabled();
   args.overlap = overlap_enabled();
   if (int64_t(args.num_m_blocks) * p.heads * p.batch == 0) return;
-  const int64_t batch = map_batch(p);
-  args.q_map = cuda::sm90::make_rows_map(p.q, p.dtype, p.head_dim, map_rows_q(p), p.heads, batch, tile.block_m);
-  args.k_map = cuda::sm90::make_rows_map(p.k, p.dtype, p.head_dim, map_rows_k(p), p.heads_k, batch, tile.block_n);
-  args.v_map = cuda::sm90::make_rows_map(p.v, p.dtype, p.head_dim, map_rows_k(p), p.heads_k, batch, tile.block_n);
+  int key_box_rows = tile.block_n;
+  if (p.paged_kv()) {
+    args.paged_box_rows = key_box_rows = cuda::sm90::paged_box_rows(p.paged.page_size, tile.block_n);
+    // An empty pool: no entry is read, every box is outside the map (zeros; the map's one block is never
+    // loaded).
+    args.paged_columns = p.paged.num_blocks > 0 ? int(p.paged.capacity / p.paged.page_size) : 0;
+  }
+  args.q_map = cuda::sm90::make_rows_map(p.q, p.dtype, p.head_dim, map_rows_q(p), p.heads, map_batch(p), tile.block_m);
+  args.k_map =
+      cuda::sm90::make_rows_map(p.k, p.dtype, p.head_dim, map_rows_k(p), p.heads_k, map_batch_k(p), key_box_rows);
+  args.v_map =
+      cuda::sm90::make_rows_map(p.v, p.dtype, p.head_dim, map_rows_k(p), p.heads_k, map_batch_k(p), key_box_rows);
   const auto s = static_cast<cudaStream_t>(stream);
   const bool general = cuda::attn::needs_general_fwd(p);
   if (bucket == 64)
@@ -196,6 +211,7 @@ const Backend& cuda_sm90_backend() {
     x.supports_fwd = &supports_fwd;
     x.run_fwd = &run_fwd;
     x.defer_fwd = &defer_fwd;
+    x.paged_varlen_fwd = true;
     return x;
   }();
   return b;

@@ -5,11 +5,11 @@
 // forward", has the design and the budgets. kGeneral: the instance for calls with softcap or ALiBi (their
 // logit transform on the accumulators before the mask); the other instance folds the scale into exp2. Varlen
 // calls (cu_seqlens) read each sequence's rows out of the packed tensors: a box that runs past a sequence's
-// last row reads the next sequence's rows (TMA's bounds are the whole tensor's), which the mask hides (keys)
-// or the epilogue does not store (queries). Roles:
-//   warpgroup 0, the producer (setmaxnreg down to Tile.producer_regs): one thread issues the TMA of the
-//     CTA's Q tile (once, on q_full) and of each visited K/V tile into stage j % stages (K on k_full, V on
-//     v_full), after waiting for that stage's `empty` barrier (pipeline.h has the phases);
+// last row reads the next sequence's rows (TMA's bounds are the whole tensor's), which the mask hides (keys;
+// their V rows are cleared, `produce`) or the epilogue does not store (queries). Paged K/V: boxes of a page
+// each (`produce`). Roles:
+//   warpgroup 0, the producer (setmaxnreg down to Tile.producer_regs): its first warp loads Q once and each
+//     visited K/V tile into stage j % stages (`produce`);
 //   warpgroups 1 .. kConsumers, the consumers (setmaxnreg up to Tile.consumer_regs): warpgroup c owns
 //     query rows [64 (c - 1), 64 c) of the tile for the whole kernel. Per key tile: S = Q K^T (wgmma, both
 //     operands in shared memory), the mask and online softmax of sm80 on the accumulators (wgmma's
@@ -142,6 +142,134 @@ __device__ __forceinline__ Sm90TilePlace place_tile(const FwdArgs& args) {
   return t;
 }
 
+// The mbarriers after the tiles (fwd_tile.h, barrier_offset): q_full, then k_full, v_full and empty per
+// stage, then v_edge (the V tile a varlen CTA loads last, before its rows past the sequence are cleared).
+template <int kStages>
+struct FwdBarriers {
+  uint32_t q_full;
+  __device__ __forceinline__ uint32_t k_full(int s) const { return q_full + 8u * uint32_t(1 + s); }
+  __device__ __forceinline__ uint32_t v_full(int s) const { return q_full + 8u * uint32_t(1 + kStages + s); }
+  __device__ __forceinline__ uint32_t empty(int s) const { return q_full + 8u * uint32_t(1 + 2 * kStages + s); }
+  uint32_t v_edge = q_full + 8u * uint32_t(1 + 3 * kStages);
+};
+
+// Zeroes rows [first_row, kBlockN) of the V stage at shared address `stage` (every panel): whole 128-byte
+// panel rows, so the swizzle inside a row does not matter. The 32 lanes of the producer warp, 16 bytes each
+// per store; each lane then orders its writes before the async proxy (wgmma) reads the stage.
+template <int kBlockN, int kPanels>
+__device__ __forceinline__ void clear_rows(uint32_t stage, int first_row, int lane) {
+  constexpr int kChunks = int(kPanelRowBytes / 16);
+  const int chunks = (kBlockN - first_row) * kChunks;  // per panel
+  for (int pnl = 0; pnl < kPanels; ++pnl)
+    for (int i = lane; i < chunks; i += 32)
+      ptx::st_shared_zero16(stage + uint32_t(pnl * kBlockN + first_row) * kPanelRowBytes + uint32_t(i) * 16u);
+  async::fence_proxy_async_shared();
+}
+
+// Issues the TMA of one K box and one V box (every panel) of key tile rows [box_row0, box_row0 + box) into
+// stage `stage`: map coordinates (row, kv head, batch).
+template <Sm90FwdTile kTile>
+__device__ __forceinline__ void load_kv_box(const FwdArgs& args, uint32_t base, int stage, uint32_t k_bar,
+                                            uint32_t v_bar, int box_row0, int row, int hk, int batch) {
+  constexpr int kBlockN = kTile.block_n;
+  const uint32_t box_offset = uint32_t(box_row0) * kPanelRowBytes;
+  const uint32_t k_dst = base + uint32_t(kTile.k_offset(stage)) + box_offset;
+  const uint32_t v_dst = base + uint32_t(kTile.v_offset(stage)) + box_offset;
+#pragma unroll
+  for (int pnl = 0; pnl < kTile.panels(); ++pnl)
+    async::tma_load_4d(k_dst + uint32_t(pnl * kBlockN) * kPanelRowBytes, &args.k_map, k_bar, pnl * int(kPanelCols), row,
+                       hk, batch);
+#pragma unroll
+  for (int pnl = 0; pnl < kTile.panels(); ++pnl)
+    async::tma_load_4d(v_dst + uint32_t(pnl * kBlockN) * kPanelRowBytes, &args.v_map, v_bar, pnl * int(kPanelCols), row,
+                       hk, batch);
+}
+
+// The producer warp: lane 0 issues the TMA of the CTA's Q tile (once, on q_full) and of each visited K/V
+// tile into stage j % kStages (K on k_full, V on v_full) after that stage's `empty` barrier; in a paged
+// call every lane loads one box of each tile (below). Lean on purpose: the producer runs on 24 registers
+// (setmaxnreg), and what does not fit spills.
+//
+// Keys past the sequence in a K/V box: a dense call's map ends at seqlen_k, so TMA fills them with zeros.
+// A varlen call's map is the packed tensor (the next sequence's rows) and a paged call's box is a page's
+// rows (unused ones hold whatever the cache had): the mask gives their keys P = 0, but a non-finite V row
+// would still make 0 x inf = NaN in P V. So the last V tile of such a CTA, if it runs past the sequence,
+// completes on v_edge instead; the warp clears its rows past the sequence and then completes v_full itself.
+template <Sm90FwdTile kTile>
+__device__ __forceinline__ void produce(const FwdArgs& args, const Sm90TilePlace& t, uint32_t base,
+                                        const FwdBarriers<kTile.stages>& bars, int lane) {
+  constexpr int kBlockN = kTile.block_n, kStages = kTile.stages;
+  const FwdProblem& p = args.p;
+  if (lane == 0) {
+    async::prefetch_tensormap(&args.q_map);
+    async::prefetch_tensormap(&args.k_map);
+    async::prefetch_tensormap(&args.v_map);
+    // Dense maps index (row in the sequence, head, sequence); varlen maps (packed row, head, 0). Q rows past
+    // the sequence arrive as zeros or the next sequence's rows, never stored; the byte count is the box's.
+    async::mbarrier_arrive_expect_tx(bars.q_full, uint32_t(kTile.q_bytes()));
+#pragma unroll
+    for (int pnl = 0; pnl < kTile.panels(); ++pnl)
+      async::tma_load_4d(base + uint32_t(pnl * kTile.block_m) * kPanelRowBytes, &args.q_map, bars.q_full,
+                         pnl * int(kPanelCols), int(t.seq.q_start + t.m0), int(t.h),
+                         p.cu_seqlens_q != nullptr ? 0 : int(t.b));
+  }
+  // Rows of the last key tile inside its varlen sequence where the tile runs past it (else kBlockN).
+  const int edge_rows = p.cu_seqlens_q != nullptr && t.n_begin < t.n_end && int64_t(t.n_end) * kBlockN > t.seq.sk
+                            ? int(t.seq.sk - int64_t(t.n_end - 1) * kBlockN)
+                            : kBlockN;
+  const int n_end = t.n_end, hk = int(t.h / args.group);
+  const int last_stage = (n_end - 1 - t.n_begin) % kStages;
+  PipelineState<kStages> st;
+  if (args.paged_box_rows == 0) {
+    // Dense and varlen: lane 0 loads each whole tile at (row, kv head, sequence or 0).
+    if (lane == 0) {
+      const int b = p.cu_seqlens_q != nullptr ? 0 : int(t.b), k_row0 = int(t.seq.k_start);
+      for (int n = t.n_begin; n < n_end; ++n) {
+        const uint32_t v_bar = n + 1 == n_end && edge_rows < kBlockN ? bars.v_edge : bars.v_full(st.stage);
+        async::mbarrier_wait(bars.empty(st.stage), st.empty_parity());
+        async::mbarrier_arrive_expect_tx(bars.k_full(st.stage), uint32_t(kTile.kv_bytes()));
+        async::mbarrier_arrive_expect_tx(v_bar, uint32_t(kTile.kv_bytes()));
+        load_kv_box<kTile>(args, base, st.stage, bars.k_full(st.stage), v_bar, 0, k_row0 + n * kBlockN, hk, b);
+        st.advance();
+      }
+    }
+  } else {
+    // Paged: lane c loads box c of each key tile (rows c * box .. of the tile, inside one page) from the
+    // block its table entry names. Entries are read only inside the sequence's own columns; a box past them
+    // (keys past the sequence) and a bad entry (negative, past the pool) are coordinates outside the map,
+    // which TMA fills with zeros: no read leaves the cache.
+    const int box = args.paged_box_rows;
+    const bool boxed_lane = lane * box < kBlockN;
+    const int32_t* table = p.paged.block_table + t.b * p.paged.block_table_stride;
+    const uint32_t page_size = uint32_t(p.paged.page_size);
+    uint32_t key = uint32_t(t.n_begin * kBlockN + lane * box);  // supports_fwd: positions below 2^30
+    for (int n = t.n_begin; n < n_end; ++n, key += kBlockN) {
+      int block = -1, row = 0;
+      if (boxed_lane) {
+        const uint32_t column = key / page_size;
+        row = int(key - column * page_size);
+        if (column < uint32_t(args.paged_columns)) block = table[column];
+      }
+      const uint32_t v_bar = n + 1 == n_end && edge_rows < kBlockN ? bars.v_edge : bars.v_full(st.stage);
+      async::mbarrier_wait(bars.empty(st.stage), st.empty_parity());
+      if (lane == 0) {
+        async::mbarrier_arrive_expect_tx(bars.k_full(st.stage), uint32_t(kTile.kv_bytes()));
+        async::mbarrier_arrive_expect_tx(v_bar, uint32_t(kTile.kv_bytes()));
+      }
+      __syncwarp();  // the barriers are armed before any box completes on them
+      if (boxed_lane)
+        load_kv_box<kTile>(args, base, st.stage, bars.k_full(st.stage), v_bar, lane * box, row, hk, block);
+      st.advance();
+    }
+  }
+  if (edge_rows < kBlockN) {
+    async::mbarrier_wait(bars.v_edge, 0);
+    clear_rows<kBlockN, kTile.panels()>(base + uint32_t(kTile.v_offset(last_stage)), edge_rows, lane);
+    __syncwarp();
+    if (lane == 0) async::mbarrier_arrive(bars.v_full(last_stage));
+  }
+}
+
 // Named barriers (0 is __syncthreads): the epilogue's, one per consumer warpgroup, and the ping-pong turns.
 inline constexpr uint32_t kEpilogueBarrier = 1, kTurnBarrier = 3;
 
@@ -164,10 +292,11 @@ __global__ void __launch_bounds__(fwd_tile(kHeadDim).threads(), 1) fwd_kernel(co
   const uint32_t pad = (kSwizzleAtomBytes - raw_addr % kSwizzleAtomBytes) % kSwizzleAtomBytes;
   unsigned char* smem = smem_raw + pad;
   const uint32_t base = raw_addr + pad;
-  const uint32_t q_full = base + kTile.barrier_offset();
-  const auto k_full = [&](int s) { return q_full + 8u * uint32_t(1 + s); };
-  const auto v_full = [&](int s) { return q_full + 8u * uint32_t(1 + kStages + s); };
-  const auto empty = [&](int s) { return q_full + 8u * uint32_t(1 + 2 * kStages + s); };
+  const FwdBarriers<kStages> bars{base + uint32_t(kTile.barrier_offset())};
+  const uint32_t q_full = bars.q_full;
+  const auto k_full = [&](int s) { return bars.k_full(s); };
+  const auto v_full = [&](int s) { return bars.v_full(s); };
+  const auto empty = [&](int s) { return bars.empty(s); };
 
   const FwdProblem& p = args.p;
   const Sm90TilePlace t = place_tile<kBlockM, kBlockN>(args);
@@ -182,42 +311,15 @@ __global__ void __launch_bounds__(fwd_tile(kHeadDim).threads(), 1) fwd_kernel(co
       async::mbarrier_init(v_full(s), 1);
       async::mbarrier_init(empty(s), uint32_t(kTile.consumer_warpgroups() * kWarpgroupThreads));
     }
+    async::mbarrier_init(bars.v_edge, 1);
     async::fence_mbarrier_init();
   }
   __syncthreads();
 
   if (warpgroup == 0) {
     async::setmaxnreg_dec<kTile.producer_regs>();
-    if (threadIdx.x != 0) return;
-    async::prefetch_tensormap(&args.q_map);
-    async::prefetch_tensormap(&args.k_map);
-    async::prefetch_tensormap(&args.v_map);
-    // Dense maps index (row in the sequence, head, sequence); varlen maps (packed row, head, 0).
-    const int h = int(t.h), hk = int(t.h / args.group), b = p.cu_seqlens_q != nullptr ? 0 : int(t.b);
-    const int q_row0 = int(t.seq.q_start + t.m0), k_row0 = int(t.seq.k_start);
-    // Q: rows past the sequence arrive as zeros (the map's bounds); the byte count is the whole box's.
-    async::mbarrier_arrive_expect_tx(q_full, uint32_t(kTile.q_bytes()));
-#pragma unroll
-    for (int pnl = 0; pnl < kPanels; ++pnl)
-      async::tma_load_4d(base + uint32_t(pnl * kBlockM) * kPanelRowBytes, &args.q_map, q_full, pnl * int(kPanelCols),
-                         q_row0, h, b);
-    PipelineState<kStages> st;
-    for (int n = t.n_begin; n < t.n_end; ++n) {
-      async::mbarrier_wait(empty(st.stage), st.empty_parity());
-      const uint32_t k_dst = base + uint32_t(kTile.k_offset(st.stage));
-      const uint32_t v_dst = base + uint32_t(kTile.v_offset(st.stage));
-      async::mbarrier_arrive_expect_tx(k_full(st.stage), uint32_t(kTile.kv_bytes()));
-#pragma unroll
-      for (int pnl = 0; pnl < kPanels; ++pnl)
-        async::tma_load_4d(k_dst + uint32_t(pnl * kBlockN) * kPanelRowBytes, &args.k_map, k_full(st.stage),
-                           pnl * int(kPanelCols), k_row0 + n * kBlockN, hk, b);
-      async::mbarrier_arrive_expect_tx(v_full(st.stage), uint32_t(kTile.kv_bytes()));
-#pragma unroll
-      for (int pnl = 0; pnl < kPanels; ++pnl)
-        async::tma_load_4d(v_dst + uint32_t(pnl * kBlockN) * kPanelRowBytes, &args.v_map, v_full(st.stage),
-                           pnl * int(kPanelCols), k_row0 + n * kBlockN, hk, b);
-      st.advance();
-    }
+    if (threadIdx.x >= 32) return;
+    produce<kTile>(args, t, base, bars, int(threadIdx.x));
     return;
   }
 

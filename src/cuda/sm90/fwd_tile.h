@@ -39,8 +39,8 @@ struct Sm90FwdTile {
   FA_HD constexpr int k_offset(int stage) const { return q_bytes() + stage * kv_bytes(); }
   FA_HD constexpr int v_offset(int stage) const { return q_bytes() + (stages + stage) * kv_bytes(); }
   FA_HD constexpr int barrier_offset() const { return q_bytes() + 2 * stages * kv_bytes(); }
-  // q_full, then k_full, v_full and empty per stage, 8 bytes each.
-  FA_HD constexpr int barriers() const { return 1 + 3 * stages; }
+  // q_full, then k_full, v_full and empty per stage, then v_edge (fwd_kernel.cuh), 8 bytes each.
+  FA_HD constexpr int barriers() const { return 2 + 3 * stages; }
   // Dynamic shared memory to request: the above plus 1024 for aligning the base to the swizzle atom.
   FA_HD constexpr int smem_bytes() const { return barrier_offset() + barriers() * 8 + int(kSwizzleAtomBytes); }
   // Register budget after setmaxnreg: every warpgroup's registers fit the SM's 64K.
@@ -70,6 +70,22 @@ FA_HD constexpr Sm90FwdTile fwd_tile(int bucket) {
 FA_HD constexpr int fwd_bucket(int64_t head_dim) {
   if (head_dim > 128 && head_dim <= 256) return 256;
   return head_dim > 64 && head_dim <= 128 ? 128 : (head_dim > 32 && head_dim <= 64 ? 64 : 0);
+}
+
+// Paged K/V: a key tile is loaded as boxes of `paged_box_rows` rows, each from one page (the TMA box of a
+// paged map spans rows of one block), so the box height divides both the page and the tile: their greatest
+// common divisor. Boxes land at row offsets that are multiples of it, which must be multiples of 8 (the
+// swizzle atom: a box written there has the swizzle phase of the whole tile's layout). 0 where no such box
+// exists (a page size that is not a multiple of 8, or none): cuda_sm80 runs those calls.
+FA_HD constexpr int paged_box_rows(int64_t page_size, int block_n) {
+  if (page_size <= 0 || block_n <= 0) return 0;
+  int64_t a = page_size, b = block_n;
+  while (b != 0) {
+    const int64_t r = a % b;
+    a = b;
+    b = r;
+  }
+  return a % 8 == 0 ? int(a) : 0;
 }
 
 // Byte offset of element (row, col) in a tile of `rows` rows (the layout above).

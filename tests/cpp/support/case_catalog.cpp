@@ -181,6 +181,15 @@ void add_paged_cases(std::vector<AttnConfig>& out) {
     f.seqused_k = true;
     out.push_back(f);
   }
+  // page sizes around cuda_sm90's boxes (the page/tile divisor): 8 (sixteen boxes per 128-key tile), 48
+  // (pages across tiles) at D = 256 (an 80-key tile straddling pages)
+  for (auto [page, d] : {std::pair{int64_t(8), int64_t(128)}, std::pair{int64_t(48), int64_t(256)}}) {
+    AttnConfig c = ragged(DType::bf16, d);
+    c.page_size = page;
+    c.heads_k = 1;
+    c.causal = page == 48;
+    out.push_back(c);
+  }
   // chunked prefill: decode steps (1 query against a long context) and 2k-token prefills in one call, at
   // vLLM's page size (a page per 16 keys: the sm80 forward looks up each row's page) and at 256 (flash-attn's
   // tests: a key tile lies in one page)
