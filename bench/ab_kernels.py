@@ -1,14 +1,18 @@
-"""Interleaved A/B of several flashattn-bench builds on one cuda_sm80 problem set (the kernels alone).
+"""Interleaved A/B of several flashattn-bench builds (or one build under several environments) on one problem
+set of one backend (the kernels alone; cuda_sm80 unless AB_IMPL names another).
 
 Each configuration is timed in ROUNDS rounds; a round runs every build once, in an order rotated per round,
 so that the GPU's drift over a run (clocks, neighbours on a shared machine) falls on all builds alike. For
 each build the result is the median over rounds of (first build's time / this build's time): above 1, that
 build is faster than the first. Problems follow FlashAttention's sweep: bf16, H = 2048 / D, B = 16384 / S.
 
-Usage: python3 bench/ab_kernels.py OUT.json MODE D:S:CAUSAL[,D:S:CAUSAL...] ROUNDS NAME=BENCH [NAME=BENCH ...]
-  MODE fwd, bwd or fwdbwd; CAUSAL 0 or 1. Results are appended to OUT.json and printed one line per problem.
+Usage: python3 bench/ab_kernels.py OUT.json MODE D:S:CAUSAL[,D:S:CAUSAL...] ROUNDS NAME=BENCH[@VAR=VALUE,...] ...
+  MODE fwd, bwd or fwdbwd; CAUSAL 0 or 1; @VAR=VALUE,... sets environment variables for that arm (a kernel
+  variant switch such as FLASHATTN_SM90_PERSISTENT=0). Results are appended to OUT.json and printed one line
+  per problem.
 Example (bench/NOTES.md, sm80 version 11):
   python3 bench/ab_kernels.py ab.json fwd 256:512:0,128:4096:0 5 v10=/tmp/v10/flashattn-bench new=.gpu/bin/flashattn-bench
+  AB_IMPL=cuda_sm90 python3 bench/ab_kernels.py ab.json fwd 128:2048:0 5 on=B off=B@FLASHATTN_SM90_PERSISTENT=0
 """
 import json
 import os
@@ -18,13 +22,16 @@ import sys
 import tempfile
 
 
-def time_once(binary, mode, dim, seqlen, causal):
+def time_once(arm, mode, dim, seqlen, causal):
+    binary, _, env_spec = arm.partition("@")
+    env = dict(os.environ, **dict(kv.split("=", 1) for kv in env_spec.split(",") if kv))
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
-        cmd = [binary, "--device", "cuda", "--impl", "cuda_sm80", "--dtype", "bf16", "--dim", str(dim),
+        cmd = [binary, "--device", "cuda", "--impl", os.environ.get("AB_IMPL", "cuda_sm80"), "--dtype", "bf16",
+               "--dim", str(dim),
                "--seqlen", str(seqlen), "--heads", str(2048 // dim), "--batch", str(max(1, 16384 // seqlen)),
                "--mode", mode, "--no-check", "--iters", "30" if mode == "fwd" else "15", "--warmup", "5",
                "--json", f.name] + (["--causal"] if causal else [])
-        subprocess.run(cmd, check=True, capture_output=True, timeout=60)
+        subprocess.run(cmd, check=True, capture_output=True, timeout=60, env=env)
         return json.load(open(f.name))[0]["median_ms"]
 
 

@@ -176,12 +176,16 @@ if wants sm90; then
   step sm90-tests 100 "$TESTS" --gtest_filter="$sm90_filter" --gtest_brief=1
   step sm90-tests-no-pingpong 60 env FLASHATTN_SM90_PINGPONG=0 "$TESTS" --gtest_filter='CudaSm90.*' --gtest_brief=1
   step sm90-tests-no-overlap 60 env FLASHATTN_SM90_OVERLAP=0 "$TESTS" --gtest_filter='CudaSm90.*' --gtest_brief=1
+  # The persistent grid runs unmasked dense calls by default; forced on, it runs every call (causal, varlen,
+  # paged), and forced off none.
+  step sm90-tests-persistent 60 env FLASHATTN_SM90_PERSISTENT=1 "$TESTS" --gtest_filter="$sm90_filter" --gtest_brief=1
+  step sm90-tests-no-persistent 60 env FLASHATTN_SM90_PERSISTENT=0 "$TESTS" --gtest_filter='CudaSm90.*' --gtest_brief=1
   # SM90_SANITIZERS / SM90_COMPARE_ARGS trim the run when little device time is left.
   for tool in ${SM90_SANITIZERS:-memcheck racecheck synccheck}; do
     for ov in 0 1; do
       step "sm90-sanitizer-$tool-overlap$ov" 50 env FLASHATTN_SM90_OVERLAP=$ov compute-sanitizer --tool "$tool" \
         --error-exitcode 99 "$TESTS" \
-        --gtest_filter='CudaSm90.ForwardAtTileAndStageBoundaries:CudaSm90.VarlenAndScoreModsAtSequenceEdges' --gtest_brief=1
+        --gtest_filter='CudaSm90.ForwardAtTileAndStageBoundaries:CudaSm90.VarlenAndScoreModsAtSequenceEdges:CudaSm90.SeveralWorkTilesPerCta' --gtest_brief=1
     done
   done
   step sm90-sass 60 scripts/sass-check.sh "$TESTS"

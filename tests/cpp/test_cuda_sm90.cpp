@@ -166,6 +166,18 @@ TEST(CudaSm90Host, TileTableFitsHopper) {
     EXPECT_EQ(t.head_dim % 64, 0);  // whole 128-byte panels
     EXPECT_LE(t.smem_bytes(), kSmemOptin);
     EXPECT_TRUE(t.registers_fit());
+    // the softcap/ALiBi instance differs in its register split only
+    const sm90::Sm90FwdTile g = sm90::fwd_tile(bucket, true);
+    EXPECT_TRUE(g.registers_fit());
+    EXPECT_EQ(g.smem_bytes(), t.smem_bytes());
+    EXPECT_EQ(g.block_n, t.block_n);
+    EXPECT_EQ(g.stages, t.stages);
+    for (const sm90::Sm90FwdTile& x : {t, g}) {  // setmaxnreg takes multiples of 8 in [24, 256]
+      EXPECT_EQ(x.producer_regs % 8, 0);
+      EXPECT_EQ(x.consumer_regs % 8, 0);
+      EXPECT_GE(x.producer_regs, 24);
+      EXPECT_LE(x.consumer_regs, 256);
+    }
     EXPECT_GE(t.stages, 2);  // the ping-pong turns (fwd_kernel.cuh)
     // every tile starts on the swizzle atom, the barriers on 8 bytes
     EXPECT_EQ(t.q_bytes() % 1024, 0);
@@ -173,9 +185,24 @@ TEST(CudaSm90Host, TileTableFitsHopper) {
       EXPECT_EQ(t.k_offset(s) % 1024, 0);
       EXPECT_EQ(t.v_offset(s) % 1024, 0);
     }
+    // O's staging tile: its own after the V stages where it fits, else Q's (offset 0); the barriers after
+    // the last tile and inside the request
+    EXPECT_EQ(t.o_offset() % 1024, 0);
+    if (t.o_separate()) {
+      EXPECT_EQ(t.o_offset(), t.v_offset(t.stages - 1) + t.kv_bytes());
+      EXPECT_EQ(t.barrier_offset(), t.o_offset() + t.q_bytes());
+    } else {
+      EXPECT_EQ(t.o_offset(), 0);
+      EXPECT_EQ(t.barrier_offset(), t.v_offset(t.stages - 1) + t.kv_bytes());
+    }
+    EXPECT_EQ(t.smem_bytes(), t.barrier_offset() + 8 * t.barriers() + 1024);
     // the warpgroups' Q rows start on 8-row groups
     EXPECT_EQ(sm90::kWgmmaRows * int(sm90::kPanelRowBytes) % 1024, 0);
   }
+  // the persistent grid's epilogue overlaps the next Q where O has a tile of its own: D = 64 and 128
+  EXPECT_TRUE(sm90::fwd_tile(64).o_separate());
+  EXPECT_TRUE(sm90::fwd_tile(128).o_separate());
+  EXPECT_FALSE(sm90::fwd_tile(256).o_separate());
   EXPECT_EQ(sm90::fwd_bucket(128), 128);
   EXPECT_EQ(sm90::fwd_bucket(72), 128);
   EXPECT_EQ(sm90::fwd_bucket(64), 64);
@@ -489,6 +516,46 @@ TEST(CudaSm90, ForwardAtTileAndStageBoundaries) {
         expect_sm90_forward(c, ++seed);
         if (HasFatalFailure() || IsSkipped()) return;
       }
+}
+
+// The persistent grid (one CTA per SM looping over work tiles): more work tiles than any Hopper has SMs
+// (2 x 66 heads x 3 query tiles = 396), so each CTA runs several and carries the K/V ring's phases, Q's
+// barriers and the ping-pong turns from one to the next; each bucket (O staged in a tile of its own at
+// 64 and 128, in Q's at 256), GQA 11:1, keys not a multiple of the tile. Unmasked calls of fewer than 4096
+// keys take the grid by default; the causal and varlen ones run it where FLASHATTN_SM90_PERSISTENT=1 forces
+// it (the GPU check runs this test so too).
+TEST(CudaSm90, SeveralWorkTilesPerCta) {
+  FA_SKIP_WITHOUT_GPU(kBackend);
+  uint64_t seed = 2900;
+  for (int64_t head_dim : {128, 64, 256})
+    for (bool causal : {false, true}) {
+      AttnConfig c;
+      c.dtype = (seed % 2) ? flashattn::DType::bf16 : flashattn::DType::f16;
+      c.head_dim = head_dim;
+      c.batch = 2;
+      c.heads = 66;
+      c.heads_k = 6;
+      c.seqlen_q = 300;
+      c.seqlen_k = 333;
+      c.causal = causal;
+      expect_sm90_forward(c, ++seed);
+      if (HasFatalFailure() || IsSkipped()) return;
+    }
+  // varlen with edge clears in many tiles (33 heads x 9 sequences x 3 query tiles = 891 work tiles), and
+  // the general instance (softcap), which at D = 128 loops too
+  for (bool causal : {false, true}) {
+    AttnConfig c;
+    c.dtype = flashattn::DType::bf16;
+    c.head_dim = 128;
+    c.heads = 33;
+    c.heads_k = 3;
+    c.varlen_q = {300, 0, 129, 1, 257, 63, 300, 200, 17};
+    c.varlen_k = {333, 81, 1, 129, 700, 0, 300, 129, 64};
+    c.causal = causal;
+    c.softcap = causal ? 0.0f : 30.0f;
+    expect_sm90_forward(c, ++seed);
+    if (HasFatalFailure() || IsSkipped()) return;
+  }
 }
 
 // Varlen: each sequence's boxes run past its last row into the next sequence's rows (the maps span the

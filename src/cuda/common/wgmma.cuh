@@ -45,6 +45,14 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t smem_address, uint32_t le
          uint64_t((stride_bytes >> 4) & 0x3FFF) << 32 | uint64_t(1) << 62;
 }
 
+// The descriptor of the same layout `bytes` further on (a k-step inside a tile): only the start address
+// field changes. It cannot carry out of its 14 bits (shared addresses are below 2^18), so the add is one
+// 32-bit add of an immediate on the low word where `bytes` is a constant, instead of rebuilding the
+// descriptor from the address before every wgmma.
+__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) {
+  return (desc & 0xFFFFFFFF00000000ull) | uint64_t(uint32_t(desc) + (bytes >> 4));
+}
+
 __device__ __forceinline__ void fence() {
 #if FLASHATTN_WGMMA_ENABLED
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");

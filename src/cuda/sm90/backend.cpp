@@ -17,6 +17,7 @@
 #include "api/backends.h"
 #include "cuda/attn/score_args.h"
 #include "cuda/common/device_guard.h"
+#include "cuda/common/device_props.h"
 #include "cuda/common/launch.h"
 #include "cuda/sm90/fwd_tile.h"
 #include "cuda/sm90/launch.h"
@@ -50,6 +51,21 @@ bool pingpong_enabled() {
 bool overlap_enabled() {
   static const bool on = env_switch_on("FLASHATTN_SM90_OVERLAP");
   return on;
+}
+
+// The persistent grid (one CTA per SM looping over work tiles, fwd_kernel.cuh): the next tile's Q and
+// first K tile load while this one's last products and epilogue run. Its work tiles are dealt out
+// statically (CTA c takes c, c + grid, ...), which balances only tiles of equal cost, and it measured
+// faster only where a tile has few key tiles (H100, against one CTA per work tile: 1.02-1.15x without a
+// mask at 512-2k tokens, 0.98-1.0x at 8k; 0.74-0.95x under a causal mask; bench/NOTES.md, session 17). So
+// it runs dense calls without a mask or window of fewer than 4096 keys; FLASHATTN_SM90_PERSISTENT=0 turns
+// it off everywhere, =1 on everywhere (A/B runs).
+bool use_persistent(const FwdProblem& p) {
+  static const char* forced = std::getenv("FLASHATTN_SM90_PERSISTENT");
+  if (forced != nullptr && std::string_view(forced) == "0") return false;
+  if (forced != nullptr && std::string_view(forced) == "1") return true;
+  constexpr int64_t kMaxKeys = 4096;
+  return !p.varlen() && p.score.window_left < 0 && p.score.window_right < 0 && p.seqlen_k < kMaxKeys;
 }
 
 // Calls cuda_sm80 runs faster, measured on the H200 (bench/results/2026-12-06-h200-sm90-forward.md): head
@@ -137,7 +153,7 @@ std::string supports_fwd(const FwdProblem& p) {
     return "paged K/V: page_size " + std::to_string(p.paged.page_size) + " and the " +
            std::to_string(fwd_tile(bucket).block_n) + "-key tile have no common divisor that is a multiple of 8";
   const int64_t tiles = cuda::ceil_div(p.seqlen_q, fwd_tile(bucket).block_m) * p.heads * p.batch;
-  if (tiles > cuda::kMaxGridX) return "the forward needs " + std::to_string(tiles) + " CTAs, above 2^31 - 1";
+  if (tiles > cuda::kMaxGridX) return "the forward has " + std::to_string(tiles) + " work tiles, above 2^31 - 1";
   for (const auto& [view, rows, heads, batch, name] : {std::tuple{p.q, map_rows_q(p), p.heads, map_batch(p), "q"},
                                                        std::tuple{p.k, map_rows_k(p), p.heads_k, map_batch_k(p), "k"},
                                                        std::tuple{p.v, map_rows_k(p), p.heads_k, map_batch_k(p), "v"}})
@@ -172,6 +188,7 @@ void run_fwd(const FwdProblem& p, Stream stream) {
   args.num_m_blocks = int(cuda::ceil_div(p.seqlen_q, tile.block_m));
   args.pingpong = pingpong_enabled();
   args.overlap = overlap_enabled();
+  args.persistent_ctas = use_persistent(p) ? cuda::device_props(p.device.index).sms : 0;
   if (int64_t(args.num_m_blocks) * p.heads * p.batch == 0) return;
   int key_box_rows = tile.block_n;
   if (p.paged_kv()) {

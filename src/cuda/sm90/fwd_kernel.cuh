@@ -65,12 +65,14 @@ struct FwdConsumer {
     for (int j = 0; j < kSFrags; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[j][e] = 0.0f;
+    const uint64_t q_desc = wgmma::smem_desc(q_base + kmajor_start(kBlockM, row0, 0), 16, kSwizzleAtomBytes);
+    const uint64_t k_desc = wgmma::smem_desc(k_base, 16, kSwizzleAtomBytes);
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < kQKSteps; ++kk)
       wgmma::mma_ss_m64k16<T, kSFrags>(
-          s, wgmma::smem_desc(q_base + kmajor_start(kBlockM, row0, kk), 16, kSwizzleAtomBytes),
-          wgmma::smem_desc(k_base + kmajor_start(kBlockN, 0, kk), 16, kSwizzleAtomBytes));
+          s, wgmma::desc_advance(q_desc, kmajor_start(kBlockM, row0, kk) - kmajor_start(kBlockM, row0, 0)),
+          wgmma::desc_advance(k_desc, kmajor_start(kBlockN, 0, kk)));
     wgmma::commit_group();
   }
 
@@ -97,11 +99,11 @@ struct FwdConsumer {
   // Issues O += P V with P packed by pack_p; pa must stay untouched until the product completes.
   __device__ __forceinline__ static void pv_issue_packed(float (&o)[kOFrags][4], uint32_t (&pa)[kPVSteps][4],
                                                          uint32_t v_base) {
+    const uint64_t v_desc = wgmma::smem_desc(v_base, mnmajor_leading(kBlockN), kSwizzleAtomBytes);
     wgmma::fence();  // orders the packing and the rescale of o before the wgmma reads them
 #pragma unroll
     for (int kk = 0; kk < kPVSteps; ++kk)
-      wgmma::mma_rs_m64k16_tn<T, kOFrags>(
-          o, pa[kk], wgmma::smem_desc(v_base + mnmajor_start(kk), mnmajor_leading(kBlockN), kSwizzleAtomBytes));
+      wgmma::mma_rs_m64k16_tn<T, kOFrags>(o, pa[kk], wgmma::desc_advance(v_desc, mnmajor_start(kk)));
     wgmma::commit_group();
   }
 
@@ -114,7 +116,7 @@ struct FwdConsumer {
   }
 };
 
-// Where the CTA's tile lies: one CTA per (query tile, head, sequence), query tiles of a head consecutive and
+// Where work tile `tile` lies: tiles are (query tile, head, sequence), query tiles of a head consecutive and
 // heaviest (last, under a causal mask) first, as sm80's per-head order.
 struct Sm90TilePlace {
   int64_t b = 0, h = 0, m0 = 0;  // m0: the tile's first query row in its sequence
@@ -124,12 +126,14 @@ struct Sm90TilePlace {
 };
 
 template <int kBlockM, int kBlockN>
-__device__ __forceinline__ Sm90TilePlace place_tile(const FwdArgs& args) {
+__device__ __forceinline__ Sm90TilePlace place_tile(const FwdArgs& args, uint32_t tile) {
   Sm90TilePlace t;
-  const int m_block = args.num_m_blocks - 1 - int(blockIdx.x % unsigned(args.num_m_blocks));
-  const int64_t head_seq = blockIdx.x / unsigned(args.num_m_blocks);
-  t.h = head_seq % args.p.heads;
-  t.b = head_seq / args.p.heads;
+  // 32-bit divisions (supports_fwd: fewer than 2^31 tiles): 64-bit ones are calls, which the producer's
+  // few registers cannot afford.
+  const int m_block = args.num_m_blocks - 1 - int(tile % uint32_t(args.num_m_blocks));
+  const uint32_t head_seq = tile / uint32_t(args.num_m_blocks);
+  t.h = head_seq % uint32_t(args.p.heads);
+  t.b = head_seq / uint32_t(args.p.heads);
   t.seq = seq_range(args.p, t.b);
   t.m0 = int64_t(m_block) * kBlockM;
   if (t.m0 >= t.seq.sq) return t;
@@ -143,7 +147,8 @@ __device__ __forceinline__ Sm90TilePlace place_tile(const FwdArgs& args) {
 }
 
 // The mbarriers after the tiles (fwd_tile.h, barrier_offset): q_full, then k_full, v_full and empty per
-// stage, then v_edge (the V tile a varlen CTA loads last, before its rows past the sequence are cleared).
+// stage, then v_edge (the V tile a varlen CTA loads last, before its rows past the sequence are cleared),
+// then q_empty (the consumers are done with the Q tile: the next one may load).
 template <int kStages>
 struct FwdBarriers {
   uint32_t q_full;
@@ -151,6 +156,7 @@ struct FwdBarriers {
   __device__ __forceinline__ uint32_t v_full(int s) const { return q_full + 8u * uint32_t(1 + kStages + s); }
   __device__ __forceinline__ uint32_t empty(int s) const { return q_full + 8u * uint32_t(1 + 2 * kStages + s); }
   uint32_t v_edge = q_full + 8u * uint32_t(1 + 3 * kStages);
+  uint32_t q_empty = v_edge + 8u;
 };
 
 // Zeroes rows [first_row, kBlockN) of the V stage at shared address `stage` (every panel): whole 128-byte
@@ -166,72 +172,86 @@ __device__ __forceinline__ void clear_rows(uint32_t stage, int first_row, int la
   async::fence_proxy_async_shared();
 }
 
-// Issues the TMA of one K box and one V box (every panel) of key tile rows [box_row0, box_row0 + box) into
-// stage `stage`: map coordinates (row, kv head, batch).
+// Issues the TMA of one box (every panel) of K or V (`map`) into rows [box_row0, box_row0 + box) of the tile
+// at shared address `tile`: map coordinates (row, kv head, batch).
 template <Sm90FwdTile kTile>
-__device__ __forceinline__ void load_kv_box(const FwdArgs& args, uint32_t base, int stage, uint32_t k_bar,
-                                            uint32_t v_bar, int box_row0, int row, int hk, int batch) {
-  constexpr int kBlockN = kTile.block_n;
-  const uint32_t box_offset = uint32_t(box_row0) * kPanelRowBytes;
-  const uint32_t k_dst = base + uint32_t(kTile.k_offset(stage)) + box_offset;
-  const uint32_t v_dst = base + uint32_t(kTile.v_offset(stage)) + box_offset;
+__device__ __forceinline__ void load_box(const CUtensorMap* map, uint32_t tile, uint32_t bar, int box_row0, int row,
+                                         int hk, int batch) {
+  const uint32_t dst = tile + uint32_t(box_row0) * kPanelRowBytes;
 #pragma unroll
   for (int pnl = 0; pnl < kTile.panels(); ++pnl)
-    async::tma_load_4d(k_dst + uint32_t(pnl * kBlockN) * kPanelRowBytes, &args.k_map, k_bar, pnl * int(kPanelCols), row,
-                       hk, batch);
-#pragma unroll
-  for (int pnl = 0; pnl < kTile.panels(); ++pnl)
-    async::tma_load_4d(v_dst + uint32_t(pnl * kBlockN) * kPanelRowBytes, &args.v_map, v_bar, pnl * int(kPanelCols), row,
-                       hk, batch);
+    async::tma_load_4d(dst + uint32_t(pnl * kTile.block_n) * kPanelRowBytes, map, bar, pnl * int(kPanelCols), row, hk,
+                       batch);
 }
 
-// The producer warp: lane 0 issues the TMA of the CTA's Q tile (once, on q_full) and of each visited K/V
-// tile into stage j % kStages (K on k_full, V on v_full) after that stage's `empty` barrier; in a paged
-// call every lane loads one box of each tile (below). Lean on purpose: the producer runs on 24 registers
-// (setmaxnreg), and what does not fit spills.
+// What the producer carries from one work tile to the next: the ring's stage and phase, and in one
+// register (the producer's are few) how many tiles it has loaded (bits 1..: q_empty's parity) and the
+// parity of its edge clears (bit 0: v_edge's).
+template <int kStages>
+struct ProducerState {
+  PipelineState<kStages> ring;
+  uint32_t counts = 0;
+  __device__ __forceinline__ uint32_t tiles() const { return counts >> 1; }
+  __device__ __forceinline__ uint32_t edge_parity() const { return counts & 1u; }
+};
+
+// Issues the TMA of a work tile's Q (every panel) on q_full at map coordinates (row, head, batch), once the
+// consumers have released the previous tile's Q (q_empty). Q rows past the sequence arrive as zeros or the
+// next sequence's rows, never stored; the byte count is the box's.
+template <Sm90FwdTile kTile>
+__device__ __forceinline__ void load_q(const FwdArgs& args, uint32_t base, const FwdBarriers<kTile.stages>& bars,
+                                       uint32_t tiles_done, int row, int head, int batch) {
+  if (tiles_done > 0) async::mbarrier_wait(bars.q_empty, (tiles_done - 1) & 1u);
+  async::mbarrier_arrive_expect_tx(bars.q_full, uint32_t(kTile.q_bytes()));
+#pragma unroll
+  for (int pnl = 0; pnl < kTile.panels(); ++pnl)
+    async::tma_load_4d(base + uint32_t(pnl * kTile.block_m) * kPanelRowBytes, &args.q_map, bars.q_full,
+                       pnl * int(kPanelCols), row, head, batch);
+}
+
+// The producer warp, per work tile: lane 0 issues the TMA of each visited K/V tile into the ring's next
+// stage (K on k_full, V on v_full) after that stage's `empty` barrier, and of the tile's Q between the
+// first K tile and its V (Q waits for the previous tile's consumers, K only for a free stage: the first K
+// tile streams in while the previous tile's epilogue runs, and the first Q K^T needs only K and Q); in a paged call
+// every lane loads one box of each key tile (below). Every lane walks the ring. Lean on purpose: the producer runs on
+// 24-32 registers (setmaxnreg), and what does not fit spills.
 //
 // Keys past the sequence in a K/V box: a dense call's map ends at seqlen_k, so TMA fills them with zeros.
 // A varlen call's map is the packed tensor (the next sequence's rows) and a paged call's box is a page's
 // rows (unused ones hold whatever the cache had): the mask gives their keys P = 0, but a non-finite V row
-// would still make 0 x inf = NaN in P V. So the last V tile of such a CTA, if it runs past the sequence,
+// would still make 0 x inf = NaN in P V. So the last V tile of such a tile, if it runs past the sequence,
 // completes on v_edge instead; the warp clears its rows past the sequence and then completes v_full itself.
 template <Sm90FwdTile kTile>
 __device__ __forceinline__ void produce(const FwdArgs& args, const Sm90TilePlace& t, uint32_t base,
-                                        const FwdBarriers<kTile.stages>& bars, int lane) {
-  constexpr int kBlockN = kTile.block_n, kStages = kTile.stages;
+                                        const FwdBarriers<kTile.stages>& bars, int lane,
+                                        ProducerState<kTile.stages>& ps) {
+  constexpr int kBlockN = kTile.block_n;
   const FwdProblem& p = args.p;
-  if (lane == 0) {
-    async::prefetch_tensormap(&args.q_map);
-    async::prefetch_tensormap(&args.k_map);
-    async::prefetch_tensormap(&args.v_map);
-    // Dense maps index (row in the sequence, head, sequence); varlen maps (packed row, head, 0). Q rows past
-    // the sequence arrive as zeros or the next sequence's rows, never stored; the byte count is the box's.
-    async::mbarrier_arrive_expect_tx(bars.q_full, uint32_t(kTile.q_bytes()));
-#pragma unroll
-    for (int pnl = 0; pnl < kTile.panels(); ++pnl)
-      async::tma_load_4d(base + uint32_t(pnl * kTile.block_m) * kPanelRowBytes, &args.q_map, bars.q_full,
-                         pnl * int(kPanelCols), int(t.seq.q_start + t.m0), int(t.h),
-                         p.cu_seqlens_q != nullptr ? 0 : int(t.b));
-  }
   // Rows of the last key tile inside its varlen sequence where the tile runs past it (else kBlockN).
   const int edge_rows = p.cu_seqlens_q != nullptr && t.n_begin < t.n_end && int64_t(t.n_end) * kBlockN > t.seq.sk
                             ? int(t.seq.sk - int64_t(t.n_end - 1) * kBlockN)
                             : kBlockN;
-  const int n_end = t.n_end, hk = int(t.h / args.group);
-  const int last_stage = (n_end - 1 - t.n_begin) % kStages;
-  PipelineState<kStages> st;
+  const int n_end = t.n_end, h = int(t.h), hk = h / args.group;
+  // Dense maps index (row in the sequence, head, sequence); varlen maps (packed row, head, 0).
+  const int q_row = int(t.seq.q_start + t.m0), q_batch = p.cu_seqlens_q != nullptr ? 0 : int(t.b);
+  int last_stage = 0;
   if (args.paged_box_rows == 0) {
     // Dense and varlen: lane 0 loads each whole tile at (row, kv head, sequence or 0).
-    if (lane == 0) {
-      const int b = p.cu_seqlens_q != nullptr ? 0 : int(t.b), k_row0 = int(t.seq.k_start);
-      for (int n = t.n_begin; n < n_end; ++n) {
-        const uint32_t v_bar = n + 1 == n_end && edge_rows < kBlockN ? bars.v_edge : bars.v_full(st.stage);
-        async::mbarrier_wait(bars.empty(st.stage), st.empty_parity());
-        async::mbarrier_arrive_expect_tx(bars.k_full(st.stage), uint32_t(kTile.kv_bytes()));
+    const int k_row0 = int(t.seq.k_start);
+    for (int n = t.n_begin; n < n_end; ++n) {
+      if (lane == 0) {
+        const uint32_t v_bar = n + 1 == n_end && edge_rows < kBlockN ? bars.v_edge : bars.v_full(ps.ring.stage);
+        async::mbarrier_wait(bars.empty(ps.ring.stage), ps.ring.empty_parity());
+        async::mbarrier_arrive_expect_tx(bars.k_full(ps.ring.stage), uint32_t(kTile.kv_bytes()));
         async::mbarrier_arrive_expect_tx(v_bar, uint32_t(kTile.kv_bytes()));
-        load_kv_box<kTile>(args, base, st.stage, bars.k_full(st.stage), v_bar, 0, k_row0 + n * kBlockN, hk, b);
-        st.advance();
+        const int row = k_row0 + n * kBlockN;
+        load_box<kTile>(&args.k_map, base + uint32_t(kTile.k_offset(ps.ring.stage)), bars.k_full(ps.ring.stage), 0, row,
+                        hk, q_batch);
+        if (n == t.n_begin) load_q<kTile>(args, base, bars, ps.tiles(), q_row, h, q_batch);
+        load_box<kTile>(&args.v_map, base + uint32_t(kTile.v_offset(ps.ring.stage)), v_bar, 0, row, hk, q_batch);
       }
+      last_stage = ps.ring.stage;
+      ps.ring.advance();
     }
   } else {
     // Paged: lane c loads box c of each key tile (rows c * box .. of the tile, inside one page) from the
@@ -250,24 +270,32 @@ __device__ __forceinline__ void produce(const FwdArgs& args, const Sm90TilePlace
         row = int(key - column * page_size);
         if (column < uint32_t(args.paged_columns)) block = table[column];
       }
-      const uint32_t v_bar = n + 1 == n_end && edge_rows < kBlockN ? bars.v_edge : bars.v_full(st.stage);
-      async::mbarrier_wait(bars.empty(st.stage), st.empty_parity());
+      const uint32_t v_bar = n + 1 == n_end && edge_rows < kBlockN ? bars.v_edge : bars.v_full(ps.ring.stage);
+      async::mbarrier_wait(bars.empty(ps.ring.stage), ps.ring.empty_parity());
       if (lane == 0) {
-        async::mbarrier_arrive_expect_tx(bars.k_full(st.stage), uint32_t(kTile.kv_bytes()));
+        async::mbarrier_arrive_expect_tx(bars.k_full(ps.ring.stage), uint32_t(kTile.kv_bytes()));
         async::mbarrier_arrive_expect_tx(v_bar, uint32_t(kTile.kv_bytes()));
       }
       __syncwarp();  // the barriers are armed before any box completes on them
       if (boxed_lane)
-        load_kv_box<kTile>(args, base, st.stage, bars.k_full(st.stage), v_bar, lane * box, row, hk, block);
-      st.advance();
+        load_box<kTile>(&args.k_map, base + uint32_t(kTile.k_offset(ps.ring.stage)), bars.k_full(ps.ring.stage),
+                        lane * box, row, hk, block);
+      if (lane == 0 && n == t.n_begin) load_q<kTile>(args, base, bars, ps.tiles(), q_row, h, q_batch);
+      if (boxed_lane)
+        load_box<kTile>(&args.v_map, base + uint32_t(kTile.v_offset(ps.ring.stage)), v_bar, lane * box, row, hk, block);
+      last_stage = ps.ring.stage;
+      ps.ring.advance();
     }
   }
+  if (lane == 0 && t.n_begin == n_end) load_q<kTile>(args, base, bars, ps.tiles(), q_row, h, q_batch);
   if (edge_rows < kBlockN) {
-    async::mbarrier_wait(bars.v_edge, 0);
+    async::mbarrier_wait(bars.v_edge, ps.edge_parity());
+    ps.counts ^= 1u;
     clear_rows<kBlockN, kTile.panels()>(base + uint32_t(kTile.v_offset(last_stage)), edge_rows, lane);
     __syncwarp();
     if (lane == 0) async::mbarrier_arrive(bars.v_full(last_stage));
   }
+  ps.counts += 2;
 }
 
 // Named barriers (0 is __syncthreads): the epilogue's, one per consumer warpgroup, and the ping-pong turns.
@@ -275,9 +303,8 @@ inline constexpr uint32_t kEpilogueBarrier = 1, kTurnBarrier = 3;
 
 template <typename T, int kHeadDim, bool kGeneral>
 __global__ void __launch_bounds__(fwd_tile(kHeadDim).threads(), 1) fwd_kernel(const __grid_constant__ FwdArgs args) {
-  constexpr Sm90FwdTile kTile = fwd_tile(kHeadDim);
+  constexpr Sm90FwdTile kTile = fwd_tile(kHeadDim, kGeneral);
   constexpr int kBlockM = kTile.block_m, kBlockN = kTile.block_n, kStages = kTile.stages;
-  constexpr int kPanels = kTile.panels();
   static_assert(kTile.registers_fit(), "setmaxnreg budgets exceed the register file");
   // With ping-pong, warpgroup 0's turn for key tile n waits for K[n], whose stage warpgroup 1 releases in
   // its turn for tile n - kStages + 1: with one stage that turn comes after the wait (a deadlock).
@@ -293,25 +320,25 @@ __global__ void __launch_bounds__(fwd_tile(kHeadDim).threads(), 1) fwd_kernel(co
   unsigned char* smem = smem_raw + pad;
   const uint32_t base = raw_addr + pad;
   const FwdBarriers<kStages> bars{base + uint32_t(kTile.barrier_offset())};
-  const uint32_t q_full = bars.q_full;
-  const auto k_full = [&](int s) { return bars.k_full(s); };
-  const auto v_full = [&](int s) { return bars.v_full(s); };
-  const auto empty = [&](int s) { return bars.empty(s); };
+  constexpr uint32_t kConsumerThreads = uint32_t(kTile.consumer_warpgroups() * kWarpgroupThreads);
+  constexpr bool kPersistent = fwd_persistent(kHeadDim, kGeneral);
 
   const FwdProblem& p = args.p;
-  const Sm90TilePlace t = place_tile<kBlockM, kBlockN>(args);
-  if (t.valid_rows == 0) return;  // uniform over the CTA, before any barrier
-  const Mask mask = make_mask(p.score, t.seq.sq, t.seq.sk);
+  // Work tiles (query tile, head, sequence) in place_tile's order, CTA c taking c, c + gridDim.x, ...: a
+  // persistent grid of one CTA per SM (run_fwd), or one tile per CTA (and the one-tile code of an instance
+  // that is never persistent, fwd_persistent).
+  const uint32_t tiles = uint32_t(args.num_m_blocks * p.heads * p.batch);
   const int warpgroup = int(threadIdx.x) / kWarpgroupThreads;
 
   if (threadIdx.x == 0) {
-    async::mbarrier_init(q_full, 1);
+    async::mbarrier_init(bars.q_full, 1);
     for (int s = 0; s < kStages; ++s) {
-      async::mbarrier_init(k_full(s), 1);
-      async::mbarrier_init(v_full(s), 1);
-      async::mbarrier_init(empty(s), uint32_t(kTile.consumer_warpgroups() * kWarpgroupThreads));
+      async::mbarrier_init(bars.k_full(s), 1);
+      async::mbarrier_init(bars.v_full(s), 1);
+      async::mbarrier_init(bars.empty(s), kConsumerThreads);
     }
     async::mbarrier_init(bars.v_edge, 1);
+    async::mbarrier_init(bars.q_empty, kConsumerThreads);
     async::fence_mbarrier_init();
   }
   __syncthreads();
@@ -319,7 +346,16 @@ __global__ void __launch_bounds__(fwd_tile(kHeadDim).threads(), 1) fwd_kernel(co
   if (warpgroup == 0) {
     async::setmaxnreg_dec<kTile.producer_regs>();
     if (threadIdx.x >= 32) return;
-    produce<kTile>(args, t, base, bars, int(threadIdx.x));
+    if (threadIdx.x == 0) {
+      async::prefetch_tensormap(&args.q_map);
+      async::prefetch_tensormap(&args.k_map);
+      async::prefetch_tensormap(&args.v_map);
+    }
+    ProducerState<kStages> ps;
+    for (uint32_t tile = blockIdx.x; tile < tiles; tile += kPersistent ? gridDim.x : tiles) {
+      const Sm90TilePlace t = place_tile<kBlockM, kBlockN>(args, tile);
+      if (t.valid_rows > 0) produce<kTile>(args, t, base, bars, int(threadIdx.x), ps);
+    }
     return;
   }
 
@@ -328,139 +364,173 @@ __global__ void __launch_bounds__(fwd_tile(kHeadDim).threads(), 1) fwd_kernel(co
   const int tid = int(threadIdx.x) % kWarpgroupThreads, lane = tid & 31, warp = tid >> 5;
   const int wg_row0 = consumer * kWgmmaRows;  // the warpgroup's first row in the tile
   const int warp_row0 = wg_row0 + 16 * warp;  // this warp's 16 rows (wgmma's D layout)
-
-  float o[Consumer::kOFrags][4];
-#pragma unroll
-  for (int j = 0; j < Consumer::kOFrags; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) o[j][e] = 0.0f;
-  attn::OnlineSoftmax<1> softmax;
-  softmax.init();
-
-  // Q is waited for even without keys: the epilogue stages O in Q's rows, which TMA may still be writing.
-  async::mbarrier_wait(q_full, 0);
-  float s[1][Consumer::kSFrags][4];  // one 16-row fragment row per warp: sm80's [mf][f][e] view
-  attn::ScoreArgs score_args;
-  score_args.scale_log2 = args.scale_log2;
-  const attn::ScoreFn score = attn::ScoreFn::make(p.score, score_args, t.b, t.h);
-  // Logits (kGeneral), mask and online softmax of key tile n in s (P afterwards); O's factors in rescale.
-  const auto softmax_only = [&](int n, float(&rescale)[1][2]) {
-    const int64_t key0 = int64_t(n) * kBlockN;
-    if constexpr (kGeneral) attn::logits_rowmajor(s, score, mask, t.m0 + warp_row0, key0, lane);
-    if (!attn::tile_fully_visible(mask, t.m0, t.m0 + t.valid_rows - 1, key0, key0 + kBlockN - 1))
-      attn::mask_rowmajor(s, mask, t.m0 + warp_row0, key0, lane);
-    softmax.update(s, rescale, kGeneral ? 1.0f : args.scale_log2);
-  };
-  // Every factor is exactly 1 once a warp's row maxima stop growing: skip the multiplies then (a
-  // warp-uniform vote; the product that reads o is warpgroup-wide but reads it only after its fence).
-  const auto rescale_o = [&](const float(&rescale)[1][2]) {
-    if (__any_sync(0xffffffffu, rescale[0][0] != 1.0f || rescale[0][1] != 1.0f)) {
-#pragma unroll
-      for (int j = 0; j < Consumer::kOFrags; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) o[j][e] *= rescale[0][e >> 1];
-    }
-  };
-  const auto softmax_tile = [&](int n) {
-    float rescale[1][2];
-    softmax_only(n, rescale);
-    rescale_o(rescale);
-  };
   // Ping-pong (args.pingpong): the two consumer warpgroups take turns at issuing their products, so that
   // one's softmax runs while the other's products occupy the tensor cores. A turn is the section from
   // P V of tile n to the issue of Q K^T of tile n + 1 (the first: Q K^T of the first tile); warpgroup c
   // waits for its turn on named barrier kTurnBarrier + c (its 128 threads sync, the other warpgroup's 128
-  // arrive) and hands the turn over right after its last issue. Consumer 1 hands warpgroup 0 its first
-  // turn and does not hand over after its last: every sync has exactly one arrival (both warpgroups visit
-  // the same key tiles).
+  // arrive) and hands the turn over right after its last issue. Per work tile, consumer 1 hands warpgroup 0
+  // its first turn and does not hand over after its last: every sync has exactly one arrival (both
+  // warpgroups visit the same key tiles), and a work tile's turns end before the next one's begin.
   const bool pingpong = args.pingpong && kTile.consumer_warpgroups() == 2;
   const uint32_t my_turn = kTurnBarrier + uint32_t(consumer), other_turn = kTurnBarrier + uint32_t(consumer ^ 1);
   constexpr uint32_t kTurnThreads = 2 * kWarpgroupThreads;
+  // O's staging tile: its own (the next tile's Q loads during this one's epilogue), or Q's rows.
+  T* so = reinterpret_cast<T*>(smem + kTile.o_offset());
+  // Each consumer thread arrives on q_empty once per work tile, when its warpgroup's products no longer
+  // read Q: after the tile's last Q K^T where O has its own tile, after the epilogue's reads where O is
+  // staged in Q's rows (their generic-proxy accesses ordered before the next Q's TMA writes).
+  const auto release_q = [&] { async::mbarrier_arrive(bars.q_empty); };
+
   PipelineState<kStages> st;
-  if (t.n_begin < t.n_end) {
-    if (pingpong) {
-      async::named_barrier_arrive(consumer == 1, other_turn, kTurnThreads);
-      async::named_barrier_sync(my_turn, kTurnThreads);
-    }
-    async::mbarrier_wait(k_full(st.stage), st.full_parity());
-    Consumer::qk_issue(s[0], base, wg_row0, base + uint32_t(kTile.k_offset(st.stage)));
-    async::named_barrier_arrive(pingpong, other_turn, kTurnThreads);
-    Consumer::finish(s[0]);
-    softmax_tile(t.n_begin);
-  }
-  int n = t.n_begin;
-  // Compiled for the 64 bucket only, where it measured faster (sm90/backend.cpp): the larger buckets'
-  // kernels stay without its registers.
-  if (kHeadDim == 64 && args.overlap) {
-    // Overlap inside the warpgroup (args.overlap): S of tile n + 1 is issued before O += P V of tile n, and
-    // its softmax runs while that product is on the tensor cores. P of tile n waits in registers (pa),
-    // packed before S is overwritten; O's rescale for tile n + 1 waits for the product of tile n (which
-    // was computed with tile n's maxima). wgmma groups complete in issue order: wait_group<1> ends S's.
-    // Every pass issues both products, and the last tile's P V is left to the plain loop below: a product
-    // issued under a condition while another is in flight makes ptxas serialise every wgmma of the kernel
-    // (C7514). With the ping-pong, a turn is the issue of both products.
-    uint32_t pa[Consumer::kPVSteps][4];
-    for (; n + 1 < t.n_end; ++n) {
-      Consumer::pack_p(pa, s[0]);
-      PipelineState<kStages> next = st;
-      next.advance();
-      if (pingpong) async::named_barrier_sync(my_turn, kTurnThreads);
-      async::mbarrier_wait(k_full(next.stage), next.full_parity());
-      Consumer::qk_issue(s[0], base, wg_row0, base + uint32_t(kTile.k_offset(next.stage)));
-      async::mbarrier_wait(v_full(st.stage), st.full_parity());
-      Consumer::pv_issue_packed(o, pa, base + uint32_t(kTile.v_offset(st.stage)));
-      async::named_barrier_arrive(pingpong, other_turn, kTurnThreads);
+  uint32_t tiles_done = 0;
+  const auto consume = [&](uint32_t tile) {
+    const Sm90TilePlace t = place_tile<kBlockM, kBlockN>(args, tile);
+    if (t.valid_rows == 0) return;  // uniform over the CTA
+    const Mask mask = make_mask(p.score, t.seq.sq, t.seq.sk);
+
+    float o[Consumer::kOFrags][4];
+#pragma unroll
+    for (int j = 0; j < Consumer::kOFrags; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[j][e] = 0.0f;
+    attn::OnlineSoftmax<1> softmax;
+    softmax.init();
+
+    // Q is waited for even without keys: the epilogue may stage O in Q's rows, which TMA may still be writing.
+    async::mbarrier_wait(bars.q_full, tiles_done & 1u);
+    float s[1][Consumer::kSFrags][4];  // one 16-row fragment row per warp: sm80's [mf][f][e] view
+    attn::ScoreArgs score_args;
+    score_args.scale_log2 = args.scale_log2;
+    const attn::ScoreFn score = attn::ScoreFn::make(p.score, score_args, t.b, t.h);
+    // Logits (kGeneral), mask and online softmax of key tile n in s (P afterwards); O's factors in rescale.
+    const auto softmax_only = [&](int n, float(&rescale)[1][2]) {
+      const int64_t key0 = int64_t(n) * kBlockN;
+      if constexpr (kGeneral) attn::logits_rowmajor(s, score, mask, t.m0 + warp_row0, key0, lane);
+      if (!attn::tile_fully_visible(mask, t.m0, t.m0 + t.valid_rows - 1, key0, key0 + kBlockN - 1))
+        attn::mask_rowmajor(s, mask, t.m0 + warp_row0, key0, lane);
+      softmax.update(s, rescale, kGeneral ? 1.0f : args.scale_log2);
+    };
+    // Every factor is exactly 1 once a warp's row maxima stop growing: skip the multiplies then (a
+    // warp-uniform vote; the product that reads o is warpgroup-wide but reads it only after its fence).
+    const auto rescale_o = [&](const float(&rescale)[1][2]) {
+      if (__any_sync(0xffffffffu, rescale[0][0] != 1.0f || rescale[0][1] != 1.0f)) {
+#pragma unroll
+        for (int j = 0; j < Consumer::kOFrags; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) o[j][e] *= rescale[0][e >> 1];
+      }
+    };
+    const auto softmax_tile = [&](int n) {
       float rescale[1][2];
-      wgmma::wait_group<1>();
-      wgmma::fence_operands(s[0]);
-      softmax_only(n + 1, rescale);
-      wgmma::wait_group<0>();
-      wgmma::fence_operands(o);
-      wgmma::fence_operands(pa);
-      async::mbarrier_arrive(empty(st.stage));  // the tensor cores are done reading K[n] and V[n]
+      softmax_only(n, rescale);
       rescale_o(rescale);
-      st = next;
-    }
-  }
-  for (; n < t.n_end; ++n) {
-    if (pingpong) async::named_barrier_sync(my_turn, kTurnThreads);
-    async::mbarrier_wait(v_full(st.stage), st.full_parity());
-    Consumer::pv_issue(o, s[0], base + uint32_t(kTile.v_offset(st.stage)));
-    Consumer::finish(o);
-    async::mbarrier_arrive(empty(st.stage));  // the tensor cores are done reading K[n] and V[n]
-    st.advance();
-    if (n + 1 < t.n_end) {
-      async::mbarrier_wait(k_full(st.stage), st.full_parity());
+    };
+    // Q K^T of key tile n has completed: was it the tile's last?
+    const auto qk_done = [&](int n) {
+      if (kTile.o_separate() && n + 1 == t.n_end) release_q();
+    };
+    if (kTile.o_separate() && t.n_begin == t.n_end) release_q();  // no key tile
+    if (t.n_begin < t.n_end) {
+      if (pingpong) {
+        async::named_barrier_arrive(consumer == 1, other_turn, kTurnThreads);
+        async::named_barrier_sync(my_turn, kTurnThreads);
+      }
+      async::mbarrier_wait(bars.k_full(st.stage), st.full_parity());
       Consumer::qk_issue(s[0], base, wg_row0, base + uint32_t(kTile.k_offset(st.stage)));
       async::named_barrier_arrive(pingpong, other_turn, kTurnThreads);
       Consumer::finish(s[0]);
-      softmax_tile(n + 1);
-    } else {
-      async::named_barrier_arrive(pingpong && consumer == 0, other_turn, kTurnThreads);
+      qk_done(t.n_begin);
+      softmax_tile(t.n_begin);
     }
-  }
+    int n = t.n_begin;
+    // Compiled for the 64 bucket only, where it measured faster (sm90/backend.cpp): the larger buckets'
+    // kernels stay without its registers.
+    if (kHeadDim == 64 && args.overlap) {
+      // Overlap inside the warpgroup (args.overlap): S of tile n + 1 is issued before O += P V of tile n, and
+      // its softmax runs while that product is on the tensor cores. P of tile n waits in registers (pa),
+      // packed before S is overwritten; O's rescale for tile n + 1 waits for the product of tile n (which
+      // was computed with tile n's maxima). wgmma groups complete in issue order: wait_group<1> ends S's.
+      // Every pass issues both products, and the last tile's P V is left to the plain loop below: a product
+      // issued under a condition while another is in flight makes ptxas serialise every wgmma of the kernel
+      // (C7514). With the ping-pong, a turn is the issue of both products.
+      uint32_t pa[Consumer::kPVSteps][4];
+      for (; n + 1 < t.n_end; ++n) {
+        Consumer::pack_p(pa, s[0]);
+        PipelineState<kStages> next = st;
+        next.advance();
+        if (pingpong) async::named_barrier_sync(my_turn, kTurnThreads);
+        async::mbarrier_wait(bars.k_full(next.stage), next.full_parity());
+        Consumer::qk_issue(s[0], base, wg_row0, base + uint32_t(kTile.k_offset(next.stage)));
+        async::mbarrier_wait(bars.v_full(st.stage), st.full_parity());
+        Consumer::pv_issue_packed(o, pa, base + uint32_t(kTile.v_offset(st.stage)));
+        async::named_barrier_arrive(pingpong, other_turn, kTurnThreads);
+        float rescale[1][2];
+        wgmma::wait_group<1>();
+        wgmma::fence_operands(s[0]);
+        qk_done(n + 1);
+        softmax_only(n + 1, rescale);
+        wgmma::wait_group<0>();
+        wgmma::fence_operands(o);
+        wgmma::fence_operands(pa);
+        async::mbarrier_arrive(bars.empty(st.stage));  // the tensor cores are done reading K[n] and V[n]
+        rescale_o(rescale);
+        st = next;
+      }
+    }
+    for (; n < t.n_end; ++n) {
+      if (pingpong) async::named_barrier_sync(my_turn, kTurnThreads);
+      async::mbarrier_wait(bars.v_full(st.stage), st.full_parity());
+      Consumer::pv_issue(o, s[0], base + uint32_t(kTile.v_offset(st.stage)));
+      Consumer::finish(o);
+      async::mbarrier_arrive(bars.empty(st.stage));  // the tensor cores are done reading K[n] and V[n]
+      st.advance();
+      if (n + 1 < t.n_end) {
+        async::mbarrier_wait(bars.k_full(st.stage), st.full_parity());
+        Consumer::qk_issue(s[0], base, wg_row0, base + uint32_t(kTile.k_offset(st.stage)));
+        async::named_barrier_arrive(pingpong, other_turn, kTurnThreads);
+        Consumer::finish(s[0]);
+        qk_done(n + 1);
+        softmax_tile(n + 1);
+      } else {
+        async::named_barrier_arrive(pingpong && consumer == 0, other_turn, kTurnThreads);
+      }
+    }
 
-  // Epilogue: O / l rounded to T into the warpgroup's rows of the Q tile, then whole 16-byte chunks of rows
-  // to `out` (rows past the sequence and dims past head_dim are not stored).
-  softmax.reduce_sums();
-  T* sq = reinterpret_cast<T*>(smem);
-  const float scale[2] = {softmax.out_scale(0, 0, 1.0f), softmax.out_scale(0, 1, 1.0f)};
-  sm80::store_acc<T, QTile>(sq, o, warp_row0, 0, scale, lane);
-  async::named_barrier_sync(kEpilogueBarrier + uint32_t(consumer), kWarpgroupThreads);
-  T* out_tile = static_cast<T*>(p.out.ptr) + p.out.offset(t.b, t.seq.q_start + t.m0 + wg_row0, t.h);
-  sm80::store_rows<QTile, kWgmmaRows, kWarpgroupThreads>(out_tile, p.out.row_stride, sq, wg_row0,
-                                                         t.valid_rows - wg_row0, int(p.head_dim / 8), tid);
-  if (p.lse.ptr != nullptr && (lane & 3) == 0) {
-    float* lse_tile = p.lse.ptr + p.lse.offset(t.b, t.seq.q_start + t.m0, t.h);
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int row = warp_row0 + (lane >> 2) + 8 * half;
-      if (row < t.valid_rows) lse_tile[row] = softmax.lse(0, half);
+    // Epilogue: O / l rounded to T into the warpgroup's rows of the staging tile, then whole 16-byte chunks
+    // of rows to `out` (rows past the sequence and dims past head_dim are not stored). The first sync keeps
+    // the writes after the previous work tile's reads of the same rows by the warpgroup's other threads.
+    softmax.reduce_sums();
+    const float scale[2] = {softmax.out_scale(0, 0, 1.0f), softmax.out_scale(0, 1, 1.0f)};
+    if (kTile.o_separate()) async::named_barrier_sync(kEpilogueBarrier + uint32_t(consumer), kWarpgroupThreads);
+    sm80::store_acc<T, QTile>(so, o, warp_row0, 0, scale, lane);
+    async::named_barrier_sync(kEpilogueBarrier + uint32_t(consumer), kWarpgroupThreads);
+    T* out_tile = static_cast<T*>(p.out.ptr) + p.out.offset(t.b, t.seq.q_start + t.m0 + wg_row0, t.h);
+    sm80::store_rows<QTile, kWgmmaRows, kWarpgroupThreads>(out_tile, p.out.row_stride, so, wg_row0,
+                                                           t.valid_rows - wg_row0, int(p.head_dim / 8), tid);
+    if (!kTile.o_separate()) {
+      async::fence_proxy_async_shared();
+      release_q();
     }
+    if (p.lse.ptr != nullptr && (lane & 3) == 0) {
+      float* lse_tile = p.lse.ptr + p.lse.offset(t.b, t.seq.q_start + t.m0, t.h);
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = warp_row0 + (lane >> 2) + 8 * half;
+        if (row < t.valid_rows) lse_tile[row] = softmax.lse(0, half);
+      }
+    }
+    ++tiles_done;
+  };
+  if constexpr (kPersistent) {
+    for (uint32_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) consume(tile);
+  } else {
+    consume(blockIdx.x);
   }
 }
 
-// Launches the forward of one (dtype, head-dim bucket, instance); instantiated in fwd_hdim<D>.cu.
+// Launches the forward of one (dtype, head-dim bucket, instance); instantiated in fwd_hdim<D>.cu. A
+// persistent grid (args.persistent) has one CTA per SM (the kernel's shared memory allows no second),
+// each looping over work tiles; otherwise one CTA per work tile.
 template <typename T, int kHeadDim, bool kGeneral>
 void run_fwd(const FwdArgs& args, cudaStream_t stream) {
   constexpr Sm90FwdTile kTile = fwd_tile(kHeadDim);
@@ -468,7 +538,10 @@ void run_fwd(const FwdArgs& args, cudaStream_t stream) {
   if (tiles == 0) return;
   auto kernel = fwd_kernel<T, kHeadDim, kGeneral>;
   allow_dynamic_smem(kernel, size_t(kTile.smem_bytes()), args.p.device.index, "sm90 forward");
-  kernel<<<grid_1d(tiles, "sm90 forward"), kTile.threads(), kTile.smem_bytes(), stream>>>(args);
+  const int64_t grid = fwd_persistent(kHeadDim, kGeneral) && args.persistent_ctas > 0 && args.persistent_ctas < tiles
+                           ? args.persistent_ctas
+                           : tiles;
+  kernel<<<grid_1d(grid, "sm90 forward"), kTile.threads(), kTile.smem_bytes(), stream>>>(args);
   FA_CUDA_CHECK_LAUNCH("sm90 forward kernel");
 }
 

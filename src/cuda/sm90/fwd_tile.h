@@ -20,7 +20,8 @@ inline constexpr uint32_t kPanelCols = 64;           // elements of a panel row:
 inline constexpr uint32_t kPanelRowBytes = 128;      // 64 16-bit elements
 inline constexpr uint32_t kSwizzleAtomBytes = 1024;  // 8 panel rows: the swizzle's repeat, wgmma's 8-row group
 inline constexpr int kWarpgroupThreads = 128;
-inline constexpr int kWgmmaRows = 64;  // wgmma's M: the rows of one consumer warpgroup
+inline constexpr int kWgmmaRows = 64;               // wgmma's M: the rows of one consumer warpgroup
+inline constexpr int kSmemOptinBytes = 227 * 1024;  // dynamic shared memory a CTA may opt into on sm_90
 
 // One head-dim bucket's tile (sm90 fwd_tile below). Why these numbers: docs/kernels.md, "cuda_sm90 forward".
 struct Sm90FwdTile {
@@ -35,12 +36,19 @@ struct Sm90FwdTile {
   FA_HD constexpr int panels() const { return head_dim / int(kPanelCols); }
   FA_HD constexpr int q_bytes() const { return block_m * head_dim * 2; }
   FA_HD constexpr int kv_bytes() const { return block_n * head_dim * 2; }  // one K or V tile
-  // Q, then the K stages, then the V stages (each a multiple of 1024 bytes), then the mbarriers.
+  // Q, then the K stages, then the V stages (each a multiple of 1024 bytes), then O's staging tile where it
+  // fits (else O is staged in Q's), then the mbarriers.
   FA_HD constexpr int k_offset(int stage) const { return q_bytes() + stage * kv_bytes(); }
   FA_HD constexpr int v_offset(int stage) const { return q_bytes() + (stages + stage) * kv_bytes(); }
-  FA_HD constexpr int barrier_offset() const { return q_bytes() + 2 * stages * kv_bytes(); }
-  // q_full, then k_full, v_full and empty per stage, then v_edge (fwd_kernel.cuh), 8 bytes each.
-  FA_HD constexpr int barriers() const { return 2 + 3 * stages; }
+  // q_full, then k_full, v_full and empty per stage, then v_edge and q_empty (fwd_kernel.cuh), 8 bytes each.
+  FA_HD constexpr int barriers() const { return 3 + 3 * stages; }
+  // A tile of its own for O lets the next query tile's Q load while this one's O is stored (the persistent
+  // grid, fwd_kernel.cuh); it is there when it fits in sm_90's 227 KB beside the rest.
+  FA_HD constexpr bool o_separate() const {
+    return 2 * q_bytes() + 2 * stages * kv_bytes() + barriers() * 8 + int(kSwizzleAtomBytes) <= kSmemOptinBytes;
+  }
+  FA_HD constexpr int o_offset() const { return o_separate() ? q_bytes() + 2 * stages * kv_bytes() : 0; }
+  FA_HD constexpr int barrier_offset() const { return q_bytes() * (o_separate() ? 2 : 1) + 2 * stages * kv_bytes(); }
   // Dynamic shared memory to request: the above plus 1024 for aligning the base to the swizzle atom.
   FA_HD constexpr int smem_bytes() const { return barrier_offset() + barriers() * 8 + int(kSwizzleAtomBytes); }
   // Register budget after setmaxnreg: every warpgroup's registers fit the SM's 64K.
@@ -49,19 +57,30 @@ struct Sm90FwdTile {
   }
 };
 
-// The compiled buckets' tiles; head_dim 0 for a bucket without an sm90 kernel.
-FA_HD constexpr Sm90FwdTile fwd_tile(int bucket) {
+// The compiled buckets' tiles; head_dim 0 for a bucket without an sm90 kernel. `general`: the softcap/ALiBi
+// instance, whose consumers need the score transform's state too. The register split (setmaxnreg) is the
+// only difference: the producer's per-tile state of the persistent grid spills at 24 registers and fits
+// 32, and the plain instances' consumers fit 232 without spilling; the general ones keep 24 / 240 (at
+// 32 / 232 their consumers spilled 32-40 bytes), so their producers spill a few words at tile boundaries.
+FA_HD constexpr Sm90FwdTile fwd_tile(int bucket, bool general = false) {
+  const int producer = general ? 24 : 32, consumer = general ? 240 : 232;
   // 128 x 128, two stages: S (64 x 128) and O (64 x 128) take 64 fp32 registers each per consumer
-  // thread, P 32 more; Q + 2 x (K + V) = 160 KB.
-  if (bucket == 128) return Sm90FwdTile{128, 128, 128, 2, 24, 240};
+  // thread, P 32 more; Q + 2 x (K + V) + O's staging tile = 192 KB.
+  if (bucket == 128) return Sm90FwdTile{128, 128, 128, 2, producer, consumer};
   // 128 x 128 as at D = 128 (FA3 runs 192 x 128 with three consumer warpgroups: a later step); the tiles
-  // are half as large, so four stages fit (Q + 4 x (K + V) = 144 KB).
-  if (bucket == 64) return Sm90FwdTile{64, 128, 128, 4, 24, 240};
+  // are half as large, so four stages fit (Q + 4 x (K + V) + O = 160 KB).
+  if (bucket == 64) return Sm90FwdTile{64, 128, 128, 4, producer, consumer};
   // 128 x 80 (FA3's choice): O alone takes 128 registers a consumer thread, S 40 and P 20; Q 64 KB +
-  // 2 x (K + V) of 40 KB = 224 KB of sm_90's 227.
-  if (bucket == 256) return Sm90FwdTile{256, 128, 80, 2, 24, 240};
+  // 2 x (K + V) of 40 KB = 224 KB of sm_90's 227 (O is staged in Q's tile).
+  if (bucket == 256) return Sm90FwdTile{256, 128, 80, 2, producer, consumer};
   return Sm90FwdTile{};
 }
+
+// Whether the instance of a bucket loops over work tiles (the persistent grid, fwd_kernel.cuh). Not the
+// softcap/ALiBi instance at D = 256: its consumers hold O (128 registers), S, P and the score transform's
+// state, and the tile loop's own live values made ptxas spill inside the key-tile loop (216 bytes of stack);
+// that instance keeps one CTA per work tile.
+FA_HD constexpr bool fwd_persistent(int bucket, bool general) { return !(general && bucket == 256); }
 
 // The head-dim bucket a head dim runs in (0: none). Head dims below the bucket are zero-filled by TMA
 // (the map's dim 0 is the real head dim) and never stored.
