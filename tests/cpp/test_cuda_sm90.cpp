@@ -629,7 +629,8 @@ TEST(CudaSm90, PagedVarlenAtPageAndTileBoundaries) {
   EXPECT_TRUE(b.paged_varlen_fwd);
 }
 
-// Bitwise identical results run to run (one tile per CTA, a fixed order of every sum), causal with GQA at
+// Bitwise identical results run to run (a fixed order of every sum; the persistent grid deals its work
+// tiles statically, so a tile's CTA does not change either), causal with GQA at
 // each bucket.
 TEST(CudaSm90, ForwardIsBitwiseRepeatable) {
   FA_SKIP_WITHOUT_GPU(kBackend);
