@@ -49,14 +49,6 @@ __device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
 #endif
 }
 
-// Orders this thread's earlier generic-proxy writes to shared memory before later async-proxy accesses
-// (TMA, wgmma's shared-memory operands) that a barrier hands the data to.
-__device__ __forceinline__ void fence_proxy_async_shared() {
-#if FLASHATTN_ASYNC_ENABLED
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
-}
-
 // One arrival that also adds `bytes` to the transactions the current phase waits for (the bytes of the
 // TMA loads that will complete on this barrier).
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {

@@ -54,12 +54,12 @@ bool overlap_enabled() {
 }
 
 // The persistent grid (one CTA per SM looping over work tiles, fwd_kernel.cuh): the next tile's Q and
-// first K tile load while this one's last products and epilogue run. Its work tiles are dealt out
-// statically (CTA c takes c, c + grid, ...), which balances only tiles of equal cost, and it measured
-// faster only where a tile has few key tiles (H100, against one CTA per work tile: 1.02-1.15x without a
-// mask at 512-2k tokens, 0.98-1.0x at 8k; 0.74-0.95x under a causal mask; bench/NOTES.md, session 17). So
-// it runs dense calls without a mask or window of fewer than 4096 keys; FLASHATTN_SM90_PERSISTENT=0 turns
-// it off everywhere, =1 on everywhere (A/B runs).
+// first K tile load while this one's last products and epilogue run, which pays where a tile has few key
+// tiles to hide its start behind. Its work tiles are dealt out statically (CTA c takes c, c + grid, ...),
+// which balances only tiles of equal cost: under a mask or with varlen sequences the hardware's dynamic
+// scheduling of one CTA per tile does better. Hence dense calls without a mask or window and with fewer
+// than 4096 keys (bench/results/2026-12-06-sm90-persistent.md); FLASHATTN_SM90_PERSISTENT=0 turns it off
+// everywhere, =1 on everywhere (A/B runs).
 bool use_persistent(const FwdProblem& p) {
   static const char* forced = std::getenv("FLASHATTN_SM90_PERSISTENT");
   if (forced != nullptr && std::string_view(forced) == "0") return false;

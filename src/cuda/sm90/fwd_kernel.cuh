@@ -8,8 +8,8 @@
 // last row reads the next sequence's rows (TMA's bounds are the whole tensor's), which the mask hides (keys;
 // their V rows are cleared, `produce`) or the epilogue does not store (queries). Paged K/V: boxes of a page
 // each (`produce`). Roles:
-//   warpgroup 0, the producer (setmaxnreg down to Tile.producer_regs): its first warp loads Q once and each
-//     visited K/V tile into stage j % stages (`produce`);
+//   warpgroup 0, the producer (setmaxnreg down to Tile.producer_regs): its first warp loads each work
+//     tile's Q and visited K/V tiles into the ring's stages (`produce`);
 //   warpgroups 1 .. kConsumers, the consumers (setmaxnreg up to Tile.consumer_regs): warpgroup c owns
 //     query rows [64 (c - 1), 64 c) of the tile for the whole kernel. Per key tile: S = Q K^T (wgmma, both
 //     operands in shared memory), the mask and online softmax of sm80 on the accumulators (wgmma's
@@ -169,7 +169,7 @@ __device__ __forceinline__ void clear_rows(uint32_t stage, int first_row, int la
   for (int pnl = 0; pnl < kPanels; ++pnl)
     for (int i = lane; i < chunks; i += 32)
       ptx::st_shared_zero16(stage + uint32_t(pnl * kBlockN + first_row) * kPanelRowBytes + uint32_t(i) * 16u);
-  async::fence_proxy_async_shared();
+  wgmma::fence_proxy_async();
 }
 
 // Issues the TMA of one box (every panel) of K or V (`map`) into rows [box_row0, box_row0 + box) of the tile
@@ -184,15 +184,12 @@ __device__ __forceinline__ void load_box(const CUtensorMap* map, uint32_t tile, 
                        batch);
 }
 
-// What the producer carries from one work tile to the next: the ring's stage and phase, and in one
-// register (the producer's are few) how many tiles it has loaded (bits 1..: q_empty's parity) and the
-// parity of its edge clears (bit 0: v_edge's).
+// What the producer carries from one work tile to the next: the ring's stage and phase, how many tiles it
+// has loaded (q_empty's parity) and how many edge clears it has done (v_edge's).
 template <int kStages>
 struct ProducerState {
   PipelineState<kStages> ring;
-  uint32_t counts = 0;
-  __device__ __forceinline__ uint32_t tiles() const { return counts >> 1; }
-  __device__ __forceinline__ uint32_t edge_parity() const { return counts & 1u; }
+  uint32_t tiles = 0, edges = 0;
 };
 
 // Issues the TMA of a work tile's Q (every panel) on q_full at map coordinates (row, head, batch), once the
@@ -247,7 +244,7 @@ __device__ __forceinline__ void produce(const FwdArgs& args, const Sm90TilePlace
         const int row = k_row0 + n * kBlockN;
         load_box<kTile>(&args.k_map, base + uint32_t(kTile.k_offset(ps.ring.stage)), bars.k_full(ps.ring.stage), 0, row,
                         hk, q_batch);
-        if (n == t.n_begin) load_q<kTile>(args, base, bars, ps.tiles(), q_row, h, q_batch);
+        if (n == t.n_begin) load_q<kTile>(args, base, bars, ps.tiles, q_row, h, q_batch);
         load_box<kTile>(&args.v_map, base + uint32_t(kTile.v_offset(ps.ring.stage)), v_bar, 0, row, hk, q_batch);
       }
       last_stage = ps.ring.stage;
@@ -280,22 +277,22 @@ __device__ __forceinline__ void produce(const FwdArgs& args, const Sm90TilePlace
       if (boxed_lane)
         load_box<kTile>(&args.k_map, base + uint32_t(kTile.k_offset(ps.ring.stage)), bars.k_full(ps.ring.stage),
                         lane * box, row, hk, block);
-      if (lane == 0 && n == t.n_begin) load_q<kTile>(args, base, bars, ps.tiles(), q_row, h, q_batch);
+      if (lane == 0 && n == t.n_begin) load_q<kTile>(args, base, bars, ps.tiles, q_row, h, q_batch);
       if (boxed_lane)
         load_box<kTile>(&args.v_map, base + uint32_t(kTile.v_offset(ps.ring.stage)), v_bar, lane * box, row, hk, block);
       last_stage = ps.ring.stage;
       ps.ring.advance();
     }
   }
-  if (lane == 0 && t.n_begin == n_end) load_q<kTile>(args, base, bars, ps.tiles(), q_row, h, q_batch);
+  if (lane == 0 && t.n_begin == n_end) load_q<kTile>(args, base, bars, ps.tiles, q_row, h, q_batch);
   if (edge_rows < kBlockN) {
-    async::mbarrier_wait(bars.v_edge, ps.edge_parity());
-    ps.counts ^= 1u;
+    async::mbarrier_wait(bars.v_edge, ps.edges & 1u);
+    ++ps.edges;
     clear_rows<kBlockN, kTile.panels()>(base + uint32_t(kTile.v_offset(last_stage)), edge_rows, lane);
     __syncwarp();
     if (lane == 0) async::mbarrier_arrive(bars.v_full(last_stage));
   }
-  ps.counts += 2;
+  ++ps.tiles;
 }
 
 // Named barriers (0 is __syncthreads): the epilogue's, one per consumer warpgroup, and the ping-pong turns.
@@ -508,7 +505,7 @@ __global__ void __launch_bounds__(fwd_tile(kHeadDim).threads(), 1) fwd_kernel(co
     sm80::store_rows<QTile, kWgmmaRows, kWarpgroupThreads>(out_tile, p.out.row_stride, so, wg_row0,
                                                            t.valid_rows - wg_row0, int(p.head_dim / 8), tid);
     if (!kTile.o_separate()) {
-      async::fence_proxy_async_shared();
+      wgmma::fence_proxy_async();
       release_q();
     }
     if (p.lse.ptr != nullptr && (lane & 3) == 0) {
@@ -529,7 +526,7 @@ __global__ void __launch_bounds__(fwd_tile(kHeadDim).threads(), 1) fwd_kernel(co
 }
 
 // Launches the forward of one (dtype, head-dim bucket, instance); instantiated in fwd_hdim<D>.cu. A
-// persistent grid (args.persistent) has one CTA per SM (the kernel's shared memory allows no second),
+// persistent grid (args.persistent_ctas) has one CTA per SM (the kernel's shared memory allows no second),
 // each looping over work tiles; otherwise one CTA per work tile.
 template <typename T, int kHeadDim, bool kGeneral>
 void run_fwd(const FwdArgs& args, cudaStream_t stream) {

@@ -11,6 +11,7 @@
 // (cuda/sm80/smem_layout.h) for head dims that are multiples of 64, so the epilogue reuses its offsets.
 
 #include <cstdint>
+#include <numeric>
 
 #include "common/host_device.h"
 
@@ -59,9 +60,9 @@ struct Sm90FwdTile {
 
 // The compiled buckets' tiles; head_dim 0 for a bucket without an sm90 kernel. `general`: the softcap/ALiBi
 // instance, whose consumers need the score transform's state too. The register split (setmaxnreg) is the
-// only difference: the producer's per-tile state of the persistent grid spills at 24 registers and fits
-// 32, and the plain instances' consumers fit 232 without spilling; the general ones keep 24 / 240 (at
-// 32 / 232 their consumers spilled 32-40 bytes), so their producers spill a few words at tile boundaries.
+// only difference: the producer's per-tile state of the persistent grid needs 32 registers, which leaves
+// the consumers 232, enough for the plain instances; the general ones need 240 for their consumers, so
+// their producers get 24 and keep a few words of that state in local memory between work tiles.
 FA_HD constexpr Sm90FwdTile fwd_tile(int bucket, bool general = false) {
   const int producer = general ? 24 : 32, consumer = general ? 240 : 232;
   // 128 x 128, two stages: S (64 x 128) and O (64 x 128) take 64 fp32 registers each per consumer
@@ -78,8 +79,8 @@ FA_HD constexpr Sm90FwdTile fwd_tile(int bucket, bool general = false) {
 
 // Whether the instance of a bucket loops over work tiles (the persistent grid, fwd_kernel.cuh). Not the
 // softcap/ALiBi instance at D = 256: its consumers hold O (128 registers), S, P and the score transform's
-// state, and the tile loop's own live values made ptxas spill inside the key-tile loop (216 bytes of stack);
-// that instance keeps one CTA per work tile.
+// state, and the tile loop's own live values do not fit beside them without spilling inside the key-tile
+// loop, so that instance keeps one CTA per work tile.
 FA_HD constexpr bool fwd_persistent(int bucket, bool general) { return !(general && bucket == 256); }
 
 // The head-dim bucket a head dim runs in (0: none). Head dims below the bucket are zero-filled by TMA
@@ -95,16 +96,12 @@ FA_HD constexpr int fwd_bucket(int64_t head_dim) {
 // paged map spans rows of one block), so the box height divides both the page and the tile: their greatest
 // common divisor. Boxes land at row offsets that are multiples of it, which must be multiples of 8 (the
 // swizzle atom: a box written there has the swizzle phase of the whole tile's layout). 0 where no such box
-// exists (a page size that is not a multiple of 8, or none): cuda_sm80 runs those calls.
-FA_HD constexpr int paged_box_rows(int64_t page_size, int block_n) {
+// exists (a page size that is not a multiple of 8, or none): cuda_sm80 runs those calls. Host only: the
+// kernel reads the result from its arguments.
+constexpr int paged_box_rows(int64_t page_size, int block_n) {
   if (page_size <= 0 || block_n <= 0) return 0;
-  int64_t a = page_size, b = block_n;
-  while (b != 0) {
-    const int64_t r = a % b;
-    a = b;
-    b = r;
-  }
-  return a % 8 == 0 ? int(a) : 0;
+  const int64_t box = std::gcd(page_size, int64_t(block_n));
+  return box % 8 == 0 ? int(box) : 0;
 }
 
 // Byte offset of element (row, col) in a tile of `rows` rows (the layout above).
