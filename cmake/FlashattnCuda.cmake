@@ -78,7 +78,7 @@ endforeach()
 
 # Writes build/generated/cuda/<arch>/<dir>_hdim<D>.cu from src/cuda/<arch>/<dir>_hdim.cu.in for each bucket D
 # of `buckets` and each `dir` of `dirs` (fwd, bwd), removes the files of buckets that an earlier configure of
-# this build tree had and this one pruned, and returns the files in `out`.
+# this build tree had and this one pruned (of the same dirs), and returns the files in `out`.
 function(flashattn_generate_instances out arch dirs buckets)
   set(_files "")
   foreach(FLASHATTN_HDIM IN LISTS buckets)
@@ -88,11 +88,13 @@ function(flashattn_generate_instances out arch dirs buckets)
       list(APPEND _files ${_file})
     endforeach()
   endforeach()
-  file(GLOB _old ${PROJECT_BINARY_DIR}/generated/cuda/${arch}/*_hdim*.cu)
-  foreach(_f IN LISTS _old)
-    if(NOT _f IN_LIST _files)
-      file(REMOVE ${_f})
-    endif()
+  foreach(_dir IN LISTS dirs)
+    file(GLOB _old ${PROJECT_BINARY_DIR}/generated/cuda/${arch}/${_dir}_hdim*.cu)
+    foreach(_f IN LISTS _old)
+      if(NOT _f IN_LIST _files)
+        file(REMOVE ${_f})
+      endif()
+    endforeach()
   endforeach()
   set(${out} ${_files} PARENT_SCOPE)
 endfunction()
@@ -112,14 +114,20 @@ function(flashattn_add_cuda_sources target)
   list(FILTER _fa_sm90a_archs INCLUDE REGEX "^90a(-real|-virtual)?$")  # 90a, 90a-real, 90a-virtual
   if(_fa_sm90a_archs)
     set_source_files_properties(${PROJECT_SOURCE_DIR}/src/cuda/decode/decode_backend.cpp
-                                ${PROJECT_SOURCE_DIR}/src/cuda/sm90/backend.cpp TARGET_DIRECTORY ${target}
+                                ${PROJECT_SOURCE_DIR}/src/cuda/sm90/backend.cpp
+                                ${PROJECT_SOURCE_DIR}/src/cuda/sm90/launch_bwd.cu TARGET_DIRECTORY ${target}
                                 PROPERTIES COMPILE_DEFINITIONS FLASHATTN_SM90A=1)
     # The Hopper forward's buckets are 64, 128 and 256 (src/cuda/sm90/fwd_tile.h): one instance file per
     # compiled one, generated from src/cuda/sm90/fwd_hdim.cu.in like sm80's. They hold sm_90a instructions
     # only, so they are built for 90a alone, in an object library of their own.
     set(_fa_sm90_buckets ${_fa_head_dims})
     list(FILTER _fa_sm90_buckets INCLUDE REGEX "^(64|128|256)$")
-    flashattn_generate_instances(_fa_sm90_kernels sm90 "fwd" "${_fa_sm90_buckets}")
+    flashattn_generate_instances(_fa_sm90_fwd sm90 "fwd" "${_fa_sm90_buckets}")
+    # The backward's buckets are 64 and 128 (src/cuda/sm90/bwd_tile.h): larger head dims stay with sm80.
+    set(_fa_sm90_bwd_buckets ${_fa_sm90_buckets})
+    list(FILTER _fa_sm90_bwd_buckets INCLUDE REGEX "^(64|128)$")
+    flashattn_generate_instances(_fa_sm90_bwd sm90 "bwd" "${_fa_sm90_bwd_buckets}")
+    set(_fa_sm90_kernels ${_fa_sm90_fwd} ${_fa_sm90_bwd})
   endif()
   if(_fa_sm90a_archs AND _fa_sm90_kernels)
     add_library(${target}_sm90_kernels OBJECT ${_fa_sm90_kernels})

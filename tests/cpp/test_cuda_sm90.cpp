@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cuda/sm80/smem_layout.h"
+#include "cuda/sm90/bwd_tile.h"
 #include "cuda/sm90/fwd_tile.h"
 #include "cuda/sm90/pipeline.h"
 #include "gpu_test.h"
@@ -112,6 +113,70 @@ TEST(CudaSm90Host, MnMajorDescriptorsReadV) {
                                            sm90::kSwizzleAtomBytes, k, n),
                       sm90::tile_byte_offset(rows, 16 * kk + k, n))
                 << "rows " << rows << " dim " << dim << " kk " << kk << " k " << k << " n " << n;
+}
+
+// The backward's tiles: shared memory within sm_90's opt-in, registers after setmaxnreg within the file,
+// every tile on the swizzle atom, the layout's parts in order without overlap, two consumer warpgroups of
+// 64 keys, and dQ split by columns exactly where the head dim has two panels or more.
+TEST(CudaSm90Host, BackwardTileTableFitsHopper) {
+  constexpr int kSmemOptin = 227 * 1024;
+  for (int bucket : {64, 128}) {
+    const sm90::Sm90BwdTile t = sm90::bwd_tile(bucket);
+    SCOPED_TRACE(bucket);
+    ASSERT_EQ(t.head_dim, bucket);
+    EXPECT_EQ(sm90::bwd_bucket(bucket), bucket);
+    EXPECT_EQ(t.consumer_warpgroups(), 2);
+    EXPECT_EQ(t.block_m, 64);  // the S^T, dP^T and dQ products are m64n64k16
+    EXPECT_LE(t.smem_bytes(), kSmemOptin);
+    EXPECT_TRUE(t.registers_fit());
+    EXPECT_EQ(t.producer_regs % 8, 0);
+    EXPECT_EQ(t.consumer_regs % 8, 0);
+    EXPECT_GE(t.producer_regs, 24);
+    EXPECT_EQ(t.dq_split_columns(), bucket >= 128);
+    EXPECT_EQ(t.dq_cols(), 64);
+    EXPECT_EQ(t.dq_cols() * (t.dq_split_columns() ? 2 : 1), t.head_dim);
+    EXPECT_EQ(t.dq_keys() * (t.dq_split_columns() ? 1 : 2), t.block_n);
+    std::vector<std::pair<int, int>> parts = {{t.k_offset(), t.kv_bytes()}, {t.v_offset(), t.kv_bytes()}};
+    for (int s = 0; s < t.stages; ++s) {
+      parts.push_back({t.q_offset(s), t.q_bytes()});
+      parts.push_back({t.do_offset(s), t.q_bytes()});
+      parts.push_back({t.lse_offset(s), t.stat_bytes()});
+      parts.push_back({t.dsum_offset(s), t.stat_bytes()});
+    }
+    for (int buf = 0; buf < 2; ++buf) parts.push_back({t.ds_offset(buf), t.ds_bytes()});
+    parts.push_back({t.barrier_offset(), 8 * t.barriers()});
+    std::sort(parts.begin(), parts.end());
+    for (size_t i = 0; i + 1 < parts.size(); ++i) EXPECT_EQ(parts[i].first + parts[i].second, parts[i + 1].first);
+    for (const auto& [offset, bytes] : parts)
+      if (bytes % 1024 == 0) EXPECT_EQ(offset % 1024, 0) << offset;  // tiles; the fp32 rows and barriers are smaller
+    EXPECT_EQ(t.smem_bytes(), t.barrier_offset() + 8 * t.barriers() + 1024);
+  }
+  EXPECT_EQ(sm90::bwd_bucket(40), 64);
+  EXPECT_EQ(sm90::bwd_bucket(96), 128);
+  EXPECT_EQ(sm90::bwd_bucket(136), 0);
+  EXPECT_EQ(sm90::bwd_bucket(32), 0);
+}
+
+// dQ = dS K in the backward: dS^T is stored keys x queries in a 128 x 64 tile (sm80's SmemTile layout,
+// written with store_acc's offsets) and read as the MN-major A operand (M = queries, K = keys), K tile's
+// panel p as the MN-major B (K = keys, N = 64 head dims of the panel): k-step kk of a product whose keys
+// start at key0 reads dS^T[key0 + 16 kk + k][m] and K[key0 + 16 kk + k][64 p + n].
+TEST(CudaSm90Host, MnMajorDescriptorsReadDsAndKForDq) {
+  using DsTile = sm80::SmemTile<128, 64>;
+  for (int key0 : {0, 64})
+    for (int kk = 0; kk < 4; ++kk)
+      for (int k = 0; k < 16; ++k)
+        for (int m = 0; m < 64; ++m) {
+          const uint32_t start = uint32_t(key0) * 128 + sm90::mnmajor_start(kk);
+          ASSERT_EQ(wgmma_mnmajor_offset(start, sm90::mnmajor_leading(128), sm90::kSwizzleAtomBytes, k, m),
+                    uint32_t(DsTile::offset(key0 + 16 * kk + k, m)) * 2)
+              << "key0 " << key0 << " kk " << kk << " k " << k << " m " << m;
+          for (int panel : {0, 1}) {
+            const uint32_t k_start = uint32_t(panel * 128 + key0) * 128 + sm90::mnmajor_start(kk);
+            ASSERT_EQ(wgmma_mnmajor_offset(k_start, sm90::mnmajor_leading(128), sm90::kSwizzleAtomBytes, k, m),
+                      sm90::tile_byte_offset(128, key0 + 16 * kk + k, 64 * panel + m));
+          }
+        }
 }
 
 // Paged K/V: a key tile is loaded as boxes of paged_box_rows rows, each from one page. The box height
@@ -653,6 +718,105 @@ TEST(CudaSm90, ForwardIsBitwiseRepeatable) {
     ASSERT_EQ(first.lse.nbytes(), second.lse.nbytes());
     EXPECT_EQ(std::memcmp(first.lse.data(), second.lse.data(), first.lse.nbytes()), 0);
   }
+}
+
+// The backward forced onto cuda_sm90 (its own forward first, as in training): dq, dk and dv against the
+// fp64 oracle.
+void expect_sm90_backward(const AttnConfig& cfg, uint64_t seed) {
+  SCOPED_TRACE(cfg.name());
+  const AttnInputs in = make_inputs(cfg, seed);
+  BwdOutputs got;
+  try {
+    const FwdOutputs fwd = run_forward(in, kBackend, flashattn::Device::cuda(0));
+    got = run_backward(in, fwd, kBackend, flashattn::Device::cuda(0));
+  } catch (const flashattn::Error& e) {
+    if (e.status() != flashattn::Status::unsupported) throw;
+    GTEST_SKIP() << e.what();
+  }
+  expect_backward_within_criterion(got, reference_backward(in), naive_lowp(in, true), cfg.dtype);
+}
+
+// Query counts around the 64-row step, key counts around the 128-key tile and its 64-key warpgroup
+// halves (a CTA with keys for one warpgroup only; several key tiles), causal and not, Sq != Sk both ways,
+// GQA 4:1 (dK and dV summed over the group in one CTA), bf16 and f16, head dims 128, 64, 96, 40 and 120
+// (the last three zero-filled past the head dim by TMA: dq, dk and dv are stored on the real columns only).
+TEST(CudaSm90, BackwardAtTileAndStepBoundaries) {
+  FA_SKIP_WITHOUT_GPU(kBackend);
+  uint64_t seed = 4100;
+  for (int64_t sq : {1, 63, 65, 200})
+    for (int64_t sk : {1, 63, 129, 300})
+      for (bool causal : {false, true}) {
+        AttnConfig c;
+        c.dtype = (seed % 2) ? flashattn::DType::bf16 : flashattn::DType::f16;
+        c.head_dim = std::vector<int64_t>{128, 64, 96, 40, 120}[seed % 5];
+        c.batch = 2;
+        c.heads = 4;
+        c.heads_k = (seed % 3) ? 1 : 4;
+        c.seqlen_q = sq;
+        c.seqlen_k = sk;
+        c.causal = causal;
+        expect_sm90_backward(c, ++seed);
+        if (HasFatalFailure() || IsSkipped()) return;
+      }
+}
+
+// Varlen backward: each sequence's Q, dO, K and V boxes run past its rows into the next sequence's (the
+// maps span the packed tensors), which the mask must hide, the dQ reductions and the dK/dV stores must
+// skip; empty sequences on either side; a sliding window and GQA 8:1; many steps per CTA (a long query
+// sequence against a short key one).
+TEST(CudaSm90, BackwardVarlenWindowAndGqa) {
+  FA_SKIP_WITHOUT_GPU(kBackend);
+  uint64_t seed = 5100;
+  const std::vector<std::vector<int64_t>> q_lens = {{63, 0, 300, 1, 129}, {700, 1, 0, 65, 63}};
+  const std::vector<std::vector<int64_t>> k_lens = {{500, 81, 1, 128, 0}, {64, 128, 300, 81, 129}};
+  for (int64_t dim : {64, 128})
+    for (size_t pairing = 0; pairing < q_lens.size(); ++pairing)
+      for (int mask = 0; mask < 3; ++mask) {
+        AttnConfig c;
+        c.dtype = (seed % 2) ? flashattn::DType::bf16 : flashattn::DType::f16;
+        c.head_dim = dim;
+        c.heads = 8;
+        c.heads_k = mask == 2 ? 1 : 2;
+        c.varlen_q = q_lens[pairing];
+        c.varlen_k = k_lens[pairing];
+        c.causal = mask == 1;
+        if (mask == 2) {
+          c.window_left = 70;
+          c.window_right = 20;
+        }
+        expect_sm90_backward(c, ++seed);
+        if (HasFatalFailure() || IsSkipped()) return;
+      }
+}
+
+// Declined with a reason that names what is missing, so the dispatcher falls back to cuda_sm80: head dims
+// above 128, the deterministic mode, softcap, ALiBi, dropout (runs without a GPU: these reasons come
+// before the device's).
+TEST(CudaSm90, BackwardDeclinesWhatItLacks) {
+  const flashattn::detail::Backend& b = flashattn::detail::cuda_sm90_backend();
+  ASSERT_NE(b.supports_bwd, nullptr);
+  ASSERT_NE(b.run_bwd, nullptr);
+  flashattn::detail::BwdProblem p;
+  p.dtype = flashattn::DType::bf16;
+  p.head_dim = 128;
+  const std::string base = b.supports_bwd(p);
+  if (base.find("no sm_90a") != std::string::npos) GTEST_SKIP() << base;
+  const auto declines = [&](flashattn::detail::BwdProblem q, const char* what) {
+    const std::string r = b.supports_bwd(q);
+    EXPECT_NE(r.find(what), std::string::npos) << "reason: '" << r << "', expected it to name " << what;
+  };
+  auto q = p;
+  q.head_dim = 192;
+  declines(q, "head_dim 192");
+  q = p;
+  q.deterministic = true;
+  declines(q, "deterministic");
+  q = p;
+  q.score.softcap = 30.0f;
+  declines(q, "softcap");
+  q = p;
+  q.dropout.p = 0.1f;
+  declines(q, "dropout");
 }
 
 // The default path picks it ahead of cuda_sm80 (verified on the H200), except where cuda_sm80 measured

@@ -57,6 +57,14 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t
 #endif
 }
 
+// Adds `bytes` to the transactions the current phase waits for, without arriving: the thread that issues
+// the TMA loads arrives later, once its own part of the stage (written through the generic proxy) is in.
+__device__ __forceinline__ void mbarrier_expect_tx(uint32_t bar, uint32_t bytes) {
+#if FLASHATTN_ASYNC_ENABLED
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+#endif
+}
+
 // True once the phase of parity `parity` has completed (acquire semantics). try_wait may block for a
 // system-defined time before returning false.
 __device__ __forceinline__ bool mbarrier_try_wait(uint32_t bar, uint32_t parity) {

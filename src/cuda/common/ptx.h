@@ -116,6 +116,17 @@ __device__ __forceinline__ float exp2_approx(float x) {
   return y;
 }
 
+// *addr += (x, y) for two adjacent fp32 values (8-byte aligned) in global memory, one reduction: the
+// vector form is sm_90's; earlier architectures add the two values separately.
+__device__ __forceinline__ void red_add_f32x2(float* addr, float x, float y) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("red.relaxed.gpu.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(addr), "f"(x), "f"(y) : "memory");
+#else
+  atomicAdd(addr, x);
+  atomicAdd(addr + 1, y);
+#endif
+}
+
 // Two fp32 values as one b32 register of two 16-bit elements, `lo` in the low half (the element with
 // the lower column index in every fragment above).
 template <typename T>

@@ -149,6 +149,26 @@ __device__ __forceinline__ void mma_ss_m64n64k16(float (&acc)[8][4], uint64_t de
 #endif
 }
 
+// acc += A B, m64n64k16, A (64 of M x 16 of K) and B (16 of K x 64 of N) from shared memory, both
+// MN-major: rows along K, 64 elements of M (or N) each (the dQ = dS K product of the sm90 backward, whose
+// dS^T and K tiles are stored with keys, its K dimension, along the rows).
+#define FA_WGMMA_SS_M64N64_TT(TYPE)                                                                            \
+  asm volatile(FA_WGMMA_PRED(34) "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " {" FA_WGMMA_D32 \
+                                 "}, %32, %33, p, 1, 1, 1, 1;\n}\n"                                            \
+               : FA_WGMMA_ACC32(acc)                                                                           \
+               : "l"(desc_a), "l"(desc_b), "r"(1))
+template <typename T>
+__device__ __forceinline__ void mma_ss_m64n64k16_tt(float (&acc)[8][4], uint64_t desc_a, uint64_t desc_b) {
+#if FLASHATTN_WGMMA_ENABLED
+  if constexpr (std::is_same_v<T, __half>)
+    FA_WGMMA_SS_M64N64_TT("f16");
+  else
+    FA_WGMMA_SS_M64N64_TT("bf16");
+#else
+  __trap();
+#endif
+}
+
 // acc += A B, m64nNk16 (N = 8 kN: 80 or 128), operands as above (the S tiles of the sm90 forward).
 #define FA_WGMMA_SS_M64N80(TYPE)                                                                               \
   asm volatile(FA_WGMMA_PRED(42) "wgmma.mma_async.sync.aligned.m64n80k16.f32." TYPE "." TYPE " {" FA_WGMMA_D40 \

@@ -1,7 +1,8 @@
-// The cuda_sm90 backend: the Hopper forward (TMA, mbarrier pipeline, wgmma; fwd_kernel.cuh). Compiled into
-// every CUDA build; its kernels exist only where FLASHATTN_CUDA_ARCHS holds 90a (FLASHATTN_SM90A).
-// supports_fwd names the first condition a call breaks, and defer_fwd the calls cuda_sm80 runs faster;
-// both fall back to cuda_sm80 (options.backend = "cuda_sm90" runs the deferred ones regardless).
+// The cuda_sm90 backend: the Hopper forward and backward (TMA, mbarrier pipeline, wgmma; fwd_kernel.cuh,
+// bwd_kernel.cuh). Compiled into every CUDA build; its kernels exist only where FLASHATTN_CUDA_ARCHS holds
+// 90a (FLASHATTN_SM90A). supports_fwd / supports_bwd name the first condition a call breaks, and defer_fwd
+// the calls cuda_sm80 runs faster; all fall back to cuda_sm80 (options.backend = "cuda_sm90" runs the
+// deferred ones regardless).
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -18,7 +19,11 @@
 #include "cuda/attn/score_args.h"
 #include "cuda/common/device_guard.h"
 #include "cuda/common/device_props.h"
+#include "cuda/attn/dq_accum.h"
+#include "cuda/common/alignment.h"
 #include "cuda/common/launch.h"
+#include "cuda/sm80/launch.h"
+#include "cuda/sm90/bwd_tile.h"
 #include "cuda/sm90/fwd_tile.h"
 #include "cuda/sm90/launch.h"
 #include "cuda/sm90/tensor_map.h"
@@ -27,6 +32,8 @@ namespace flashattn::detail {
 
 namespace {
 
+using cuda::sm90::bwd_bucket;
+using cuda::sm90::bwd_tile;
 using cuda::sm90::fwd_bucket;
 using cuda::sm90::fwd_tile;
 
@@ -218,6 +225,80 @@ void run_fwd(const FwdProblem& p, Stream stream) {
 #endif
 }
 
+std::string supports_bwd(const BwdProblem& p) {
+#if !defined(FLASHATTN_SM90A)
+  (void)p;
+  return "this build has no sm_90a code (FLASHATTN_CUDA_ARCHS without 90a)";
+#else
+  if (p.dtype != DType::f16 && p.dtype != DType::bf16)
+    return std::string("dtype ") + dtype_name(p.dtype) + " (f16 or bf16 only)";
+  const int bucket = bwd_bucket(p.head_dim);
+  if (bucket == 0 || p.head_dim % 8 != 0)
+    return "head_dim " + std::to_string(p.head_dim) +
+           " (the sm90 backward takes multiples of 8 in (32, 128]; cuda_sm80 runs the others)";
+  if (!bucket_compiled(bucket))
+    return "head_dim bucket " + std::to_string(bucket) + " not compiled (FLASHATTN_HEAD_DIMS)";
+  if (p.deterministic) return "deterministic backward not yet implemented (cuda_sm80 has it)";
+  if (p.dropout.p > 0.0f) return "dropout not yet implemented";
+  if (p.score.softcap != 0.0f || p.score.alibi_slopes != nullptr)
+    return "softcap and ALiBi not yet implemented in the backward";
+  constexpr int64_t kMaxCoord = int64_t(1) << 30;
+  if (map_rows_q(p) > kMaxCoord || map_rows_k(p) > kMaxCoord || p.seqlen_q > kMaxCoord || p.seqlen_k > kMaxCoord ||
+      p.heads > kMaxCoord || p.batch > kMaxCoord)
+    return "a dimension above 2^30 (32-bit TMA coordinates)";
+  const cuda::sm90::Sm90BwdTile tile = bwd_tile(bucket);
+  const int64_t rows = p.total_q * p.heads;
+  const int64_t blocks = cuda::ceil_div(p.seqlen_k, tile.block_n) * p.heads_k * p.batch;
+  if (blocks > cuda::kMaxGridX) return "the backward has " + std::to_string(blocks) + " key tiles, above 2^31 - 1";
+  if (cuda::ceil_div(rows, 8) > cuda::kMaxGridX || cuda::ceil_div(rows * (p.head_dim / 8), 256) > cuda::kMaxGridX)
+    return "the backward's D and dQ kernels need more than 2^31 - 1 CTAs";
+  for (const auto& [view, rows_, heads, batch, name] :
+       {std::tuple{p.q, map_rows_q(p), p.heads, map_batch(p), "q"},
+        std::tuple{p.dout, map_rows_q(p), p.heads, map_batch(p), "dout"},
+        std::tuple{p.k, map_rows_k(p), p.heads_k, map_batch_k(p), "k"},
+        std::tuple{p.v, map_rows_k(p), p.heads_k, map_batch_k(p), "v"}})
+    if (std::string r = cuda::sm90::tma_view_reason(view, 2, rows_, heads, batch, name); !r.empty()) return r;
+  // out is read by the D kernel, dq written by the dQ conversion and dk, dv by the epilogue: 16-byte chunks.
+  for (const auto& [view, name] :
+       {std::pair{p.out, "out"}, std::pair{p.dq, "dq"}, std::pair{p.dk, "dk"}, std::pair{p.dv, "dv"}})
+    if (std::string r = cuda::unaligned16_reason(name, view, 2); !r.empty()) return r;
+  if (std::string r = device_reason(p.device.index); !r.empty()) return r;
+  int optin = 0;
+  if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, p.device.index) != cudaSuccess) {
+    cudaGetLastError();
+    return "cannot query the shared-memory limit of cuda:" + std::to_string(p.device.index);
+  }
+  if (tile.smem_bytes() > optin)
+    return "needs " + std::to_string(tile.smem_bytes()) + " bytes of shared memory per CTA, the device allows " +
+           std::to_string(optin);
+  return {};
+#endif
+}
+
+void run_bwd(const BwdProblem& p, Stream stream) {
+#if defined(FLASHATTN_SM90A)
+  cuda::DeviceGuard guard(p.device);
+  const cuda::sm90::Sm90BwdTile tile = bwd_tile(bwd_bucket(p.head_dim));
+  cuda::sm90::BwdArgs args;
+  args.base.p = p;
+  args.base.s = cuda::sm80::make_score_args(p);
+  args.base.num_n_blocks = int(cuda::ceil_div(p.seqlen_k, tile.block_n));
+  args.q_map = cuda::sm90::make_rows_map(p.q, p.dtype, p.head_dim, map_rows_q(p), p.heads, map_batch(p), tile.block_m);
+  args.do_map =
+      cuda::sm90::make_rows_map(p.dout, p.dtype, p.head_dim, map_rows_q(p), p.heads, map_batch(p), tile.block_m);
+  args.k_map =
+      cuda::sm90::make_rows_map(p.k, p.dtype, p.head_dim, map_rows_k(p), p.heads_k, map_batch_k(p), tile.block_n);
+  args.v_map =
+      cuda::sm90::make_rows_map(p.v, p.dtype, p.head_dim, map_rows_k(p), p.heads_k, map_batch_k(p), tile.block_n);
+  cuda::sm90::launch_bwd(args, static_cast<cudaStream_t>(stream));
+#else
+  (void)p;
+  (void)stream;
+  throw Error(Status::internal,
+              "flashattn: cuda_sm90: no sm_90a code in this build (supports_bwd should have refused)");
+#endif
+}
+
 }  // namespace
 
 const Backend& cuda_sm90_backend() {
@@ -229,6 +310,8 @@ const Backend& cuda_sm90_backend() {
     x.run_fwd = &run_fwd;
     x.defer_fwd = &defer_fwd;
     x.paged_varlen_fwd = true;
+    x.supports_bwd = &supports_bwd;
+    x.run_bwd = &run_bwd;
     return x;
   }();
   return b;

@@ -8,10 +8,20 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda/sm90/args.h"
+#include "cuda/sm90/bwd_args.h"
 
 namespace flashattn::detail::cuda::sm90 {
 
 template <typename T, int kHeadDim, bool kGeneral>
 void run_fwd(const FwdArgs& args, cudaStream_t stream);
+
+// The backward's main kernel of one (dtype, head-dim bucket): bwd_kernel.cuh, instantiated in
+// bwd_hdim<D>.cu (sm_90a only).
+template <typename T, int kHeadDim>
+void run_bwd(const BwdArgs& args, cudaStream_t stream);
+
+// The whole backward (launch_bwd.cu): workspaces, D, the main kernel, dQ's conversion. `args` holds the maps
+// and the problem; the workspaces are filled in here.
+void launch_bwd(BwdArgs args, cudaStream_t stream);
 
 }  // namespace flashattn::detail::cuda::sm90

@@ -1,0 +1,19 @@
+#pragma once
+
+// Kernel arguments of the sm90 backward's main kernel: the TMA maps of Q, K, V and dO (built on the host
+// per call, tensor_map.h) beside the arguments every backward kernel shares (attn/bwd_args.h: the problem,
+// the D and dq_accum workspaces, the key-tile count). Passed by value as a __grid_constant__ kernel
+// parameter, which is where TMA reads its maps from.
+
+#include <cuda.h>
+
+#include "cuda/attn/bwd_args.h"
+
+namespace flashattn::detail::cuda::sm90 {
+
+struct BwdArgs {
+  CUtensorMap q_map, k_map, v_map, do_map;  // (head dim, rows, heads, batch); 64-byte aligned by their type
+  attn::BwdArgs base;                       // base.num_n_blocks: key tiles per (sequence, kv head)
+};
+
+}  // namespace flashattn::detail::cuda::sm90

@@ -1,0 +1,66 @@
+// Host side of the sm90 backward: D = rowsum(dO * O) (which also clears dq_accum) -> the main kernel
+// (bwd_kernel.cuh: dK, dV, and dQ added into dq_accum) -> dQ rounded to the dtype. The kernels around
+// the main one are the other CUDA backward's (attn/bwd_prepost.cuh). Workspaces (stream-ordered, freed
+// when this function returns, after the kernels are enqueued): D (fp32 per query row and head) and
+// dq_accum (fp32 in attn/dq_accum.h's blocked layout).
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "cuda/attn/bwd_prepost.cuh"
+#include "cuda/common/check.h"
+#include "cuda/common/dispatch.h"
+#include "cuda/common/launch.h"
+#include "cuda/common/workspace.h"
+#include "cuda/sm90/bwd_tile.h"
+#include "cuda/sm90/launch.h"
+
+namespace flashattn::detail::cuda::sm90 {
+
+namespace {
+
+// The main kernel of a compiled bucket (bwd_hdim<D>.cu); supports_bwd refuses the others.
+template <typename T>
+void run_bwd_bucket(const BwdArgs& args, int bucket, cudaStream_t stream) {
+#if defined(FLASHATTN_SM90A) && defined(FLASHATTN_HDIM_64)
+  if (bucket == 64) return run_bwd<T, 64>(args, stream);
+#endif
+#if defined(FLASHATTN_SM90A) && defined(FLASHATTN_HDIM_128)
+  if (bucket == 128) return run_bwd<T, 128>(args, stream);
+#endif
+  (void)args;
+  (void)stream;
+  throw Error(Status::internal, "flashattn: cuda_sm90 backward: head-dim bucket " + std::to_string(bucket) +
+                                    " has no kernel in this build (supports_bwd should have refused)");
+}
+
+}  // namespace
+
+void launch_bwd(BwdArgs args, cudaStream_t stream) {
+  const BwdProblem& p = args.base.p;
+  const int64_t rows = p.total_q * p.heads;  // (query row, head) pairs
+  Workspace dsum(size_t(rows) * sizeof(float), stream);
+  args.base.dsum = dsum.as<float>();
+  Workspace dq_accum(rows > 0 ? size_t(attn::dq_accum_elems(p.total_q, p.heads, p.head_dim)) * sizeof(float) : 0,
+                     stream);
+  args.base.dq_accum = dq_accum.as<float>();
+  dispatch_dtype<false>(p.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (rows > 0) {
+      attn::bwd_dsum_kernel<T><<<grid_1d(ceil_div(rows, attn::kPrepostThreads / 32), "sm90 backward D"),
+                                 attn::kPrepostThreads, 0, stream>>>(args.base);
+      FA_CUDA_CHECK_LAUNCH("sm90 backward D kernel");
+    }
+    run_bwd_bucket<T>(args, bwd_bucket(p.head_dim), stream);
+    if (rows > 0) {
+      attn::bwd_dq_convert_kernel<T>
+          <<<grid_1d(ceil_div(rows * (p.head_dim / 8), attn::kPrepostThreads), "sm90 backward dQ convert"),
+             attn::kPrepostThreads, 0, stream>>>(args.base);
+      FA_CUDA_CHECK_LAUNCH("sm90 backward dQ convert kernel");
+    }
+  });
+}
+
+}  // namespace flashattn::detail::cuda::sm90
