@@ -35,6 +35,7 @@
 #include "cuda/attn/bwd_args.h"
 #include "cuda/attn/dq_accum.h"
 #include "cuda/attn/fragment_mask.cuh"
+#include "cuda/attn/score_args.h"
 #include "cuda/attn/tile_range.h"
 #include "cuda/common/async_ptx.cuh"
 #include "cuda/common/check.h"
@@ -173,9 +174,10 @@ struct BwdBarriers {
 // where each reads only its own rows), the epilogue's (both), and each warpgroup's store barrier.
 inline constexpr uint32_t kBwdDsBarrier = 1, kBwdEpilogueBarrier = 3, kBwdStoreBarrier = 4;
 
-template <typename T, int kHeadDim>
+// kGeneral: the instance for calls with softcap or ALiBi (attn/score_args.h).
+template <typename T, int kHeadDim, bool kGeneral>
 __global__ void __launch_bounds__(bwd_tile(kHeadDim).threads(), 1) bwd_kernel(const __grid_constant__ BwdArgs args) {
-  constexpr Sm90BwdTile kTile = bwd_tile(kHeadDim);
+  constexpr Sm90BwdTile kTile = bwd_tile(kHeadDim, kGeneral);
   constexpr int kBlockM = kTile.block_m, kBlockN = kTile.block_n, kStages = kTile.stages;
   static_assert(kTile.registers_fit(), "setmaxnreg budgets exceed the register file");
   static_assert(kTile.consumer_warpgroups() == 2, "two consumer warpgroups of 64 keys each");
@@ -309,31 +311,61 @@ __global__ void __launch_bounds__(bwd_tile(kHeadDim).threads(), 1) bwd_kernel(co
     const float* lse2 = reinterpret_cast<const float*>(smem + kTile.lse_offset(st.stage));
     const float* dsum = reinterpret_cast<const float*>(smem + kTile.dsum_offset(st.stage));
     const bool needs_mask = valid_q < kBlockM || !attn::tile_fully_visible(mask, m0, m0 + kBlockM - 1, wg_key0, wg_key1);
-    wgmma::wait_group<1>();
-    wgmma::fence_operands(s);
-#pragma unroll
-    for (int f = 0; f < Consumer::kSFrags; ++f)
-#pragma unroll
-      for (int qb = 0; qb < 2; ++qb) {
-        const int q_local = 8 * f + 2 * t + qb;
-        const float l2 = lse2[q_local];
-        const attn::RelRange vis =
-            needs_mask ? attn::visible_rel(mask, m0 + q_local, warp_key0, 16) : attn::RelRange{0, 16};
-#pragma unroll
-        for (int kh = 0; kh < 2; ++kh) {
-          const int e = 2 * kh + qb, key_local = g + 8 * kh;
-          const float prob = ptx::exp2_approx(s[f][e] * scale_log2 - l2);
-          s[f][e] = key_local < vis.begin || key_local >= vis.end ? 0.0f : prob;
-        }
-      }
     uint32_t pa[Consumer::kRowSteps][4], da[Consumer::kRowSteps][4];
-    Consumer::pack(pa, s);
-    wgmma::wait_group<0>();
-    wgmma::fence_operands(dp);
+    if constexpr (!kGeneral) {
+      // P^T while dP^T is still on the tensor cores; the scale is one multiply before exp2.
+      wgmma::wait_group<1>();
+      wgmma::fence_operands(s);
 #pragma unroll
-    for (int f = 0; f < Consumer::kSFrags; ++f)
+      for (int f = 0; f < Consumer::kSFrags; ++f)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) dp[f][e] = s[f][e] * (dp[f][e] - dsum[8 * f + 2 * t + (e & 1)]) * scale;
+        for (int qb = 0; qb < 2; ++qb) {
+          const int q_local = 8 * f + 2 * t + qb;
+          const float l2 = lse2[q_local];
+          const attn::RelRange vis =
+              needs_mask ? attn::visible_rel(mask, m0 + q_local, warp_key0, 16) : attn::RelRange{0, 16};
+#pragma unroll
+          for (int kh = 0; kh < 2; ++kh) {
+            const int e = 2 * kh + qb, key_local = g + 8 * kh;
+            const float prob = ptx::exp2_approx(s[f][e] * scale_log2 - l2);
+            s[f][e] = key_local < vis.begin || key_local >= vis.end ? 0.0f : prob;
+          }
+        }
+      Consumer::pack(pa, s);
+      wgmma::wait_group<0>();
+      wgmma::fence_operands(dp);
+#pragma unroll
+      for (int f = 0; f < Consumer::kSFrags; ++f)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dp[f][e] = s[f][e] * (dp[f][e] - dsum[8 * f + 2 * t + (e & 1)]) * scale;
+    } else {
+      // Softcap / ALiBi: the logit transform of each raw dot product and its derivative (ScoreFn), both
+      // products first, so that the raw S^T is read once, in the same pass as dP^T, with no third array.
+      wgmma::wait_group<0>();
+      wgmma::fence_operands(s);
+      wgmma::fence_operands(dp);
+      const attn::ScoreFn score = attn::ScoreFn::make(p.score, a.s, b, h);
+#pragma unroll
+      for (int f = 0; f < Consumer::kSFrags; ++f)
+#pragma unroll
+        for (int qb = 0; qb < 2; ++qb) {
+          const int q_local = 8 * f + 2 * t + qb;
+          const float l2 = lse2[q_local], d_row = dsum[q_local];
+          const attn::RelRange vis =
+              needs_mask ? attn::visible_rel(mask, m0 + q_local, warp_key0, 16) : attn::RelRange{0, 16};
+          const int64_t diag = mask.diagonal(m0 + q_local);
+#pragma unroll
+          for (int kh = 0; kh < 2; ++kh) {
+            const int e = 2 * kh + qb, key_local = g + 8 * kh;
+            const float qk = s[f][e];
+            float prob = ptx::exp2_approx(score.logit2(qk, diag - (warp_key0 + key_local)) - l2);
+            if (key_local < vis.begin || key_local >= vis.end) prob = 0.0f;
+            s[f][e] = prob;
+            dp[f][e] = prob * (dp[f][e] - d_row) * score.dlogit(qk);
+          }
+        }
+      Consumer::pack(pa, s);
+    }
     Consumer::pack(da, dp);
 
     wgmma::fence();  // orders the packing, and the accumulators' last ordinary writes, before the products
@@ -403,7 +435,7 @@ void run_bwd(const BwdArgs& args, cudaStream_t stream) {
   constexpr Sm90BwdTile kTile = bwd_tile(kHeadDim);
   const int64_t blocks = int64_t(args.base.num_n_blocks) * args.base.p.heads_k * args.base.p.batch;
   if (blocks == 0) return;
-  auto kernel = bwd_kernel<T, kHeadDim>;
+  auto kernel = attn::needs_general_kernel(args.base.p) ? bwd_kernel<T, kHeadDim, true> : bwd_kernel<T, kHeadDim, false>;
   allow_dynamic_smem(kernel, size_t(kTile.smem_bytes()), args.base.p.device.index, "sm90 backward");
   kernel<<<grid_1d(blocks, "sm90 backward"), kTile.threads(), kTile.smem_bytes(), stream>>>(args);
   FA_CUDA_CHECK_LAUNCH("sm90 backward kernel");

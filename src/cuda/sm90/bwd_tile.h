@@ -61,9 +61,12 @@ struct Sm90BwdTile {
 // query rows: per consumer thread dK and dV take head_dim / 2 fp32 registers each (64 at D = 128), S^T and
 // dP^T 32 each, the dQ slice 32, P and dS packed 16 each. Shared memory at D = 128: K + V 64 KB, Q and
 // dO 2 x 2 x 16 KB, dS^T 2 x 16 KB, 161 KB in all.
-FA_HD constexpr Sm90BwdTile bwd_tile(int bucket) {
-  if (bucket == 64) return Sm90BwdTile{64, 128, 64, 2, 32, 232};
-  if (bucket == 128) return Sm90BwdTile{128, 128, 64, 2, 32, 232};
+// `general`: the softcap/ALiBi instance, whose consumers also hold the score transform's state: 240
+// registers for them, 24 for the producer (32 / 232 otherwise); the split is the only difference.
+FA_HD constexpr Sm90BwdTile bwd_tile(int bucket, bool general = false) {
+  const int producer = general ? 24 : 32, consumer = general ? 240 : 232;
+  if (bucket == 64) return Sm90BwdTile{64, 128, 64, 2, producer, consumer};
+  if (bucket == 128) return Sm90BwdTile{128, 128, 64, 2, producer, consumer};
   return Sm90BwdTile{};
 }
 
