@@ -11,7 +11,7 @@ configuration are timed in --rounds interleaved rounds (A B C A B C ..., the ord
 each a triton.testing.do_bench of --rep / --rounds ms (median of many runs, L2 flushed between runs; CUDA
 events when triton is missing). A time is the median over rounds, and a ratio the median of the per-round
 ratios, so that a ratio compares two implementations at the same moment of a shared machine. TFLOP/s:
-forward 4 * B * H * S^2 * D (halved when causal); forward+backward 3.5x that.
+forward 4 * B * H * S^2 * D (halved when causal); forward+backward 3.5x that, the backward alone 2.5x.
 
 Prints one line per measurement, then a ratio table (flashattn / each peer); writes JSON to --out and PNG
 plots (TFLOP/s against seqlen, one panel per (head_dim, causal, mode)) to --plot-dir.
@@ -48,7 +48,7 @@ IMPLEMENTATIONS = ("flashattn", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "f
 DEFAULT_IMPLS = IMPLEMENTATIONS[:4]
 PEERS = IMPLEMENTATIONS[1:]
 DTYPES = ("bf16", "fp16")
-MODES = ("fwd", "fwdbwd")
+MODES = ("fwd", "fwdbwd", "bwd")
 DEFAULT_SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
 DEFAULT_DIMS = (64, 128, 256)
 HIDDEN = 2048
@@ -75,7 +75,8 @@ def parse_args(argv=None):
     p.add_argument("--dims", type=_int_list, default=DEFAULT_DIMS, help="head dims (default 64,128,256)")
     p.add_argument("--seqlens", type=_int_list, default=DEFAULT_SEQLENS, help="sequence lengths (default 512..16384)")
     p.add_argument("--causal", choices=("both", "true", "false"), default="both", help="masks to run (default both)")
-    p.add_argument("--modes", type=_choice_list(MODES), default=MODES, help="fwd and/or fwdbwd (default both)")
+    p.add_argument("--modes", type=_choice_list(MODES), default=("fwd", "fwdbwd"),
+                   help="fwd, fwdbwd and/or bwd (the backward alone) (default fwd,fwdbwd)")
     p.add_argument("--dtypes", type=_choice_list(DTYPES), default=DTYPES, help="bf16 and/or fp16 (default both)")
     p.add_argument("--impls", type=_choice_list(IMPLEMENTATIONS), default=DEFAULT_IMPLS,
                    help="implementations to run (default all but flashattn_sm80)")
@@ -118,7 +119,7 @@ def problems(args):
 def flops(problem, mode):
     b, h, s, d = problem["batch"], problem["heads"], problem["seqlen"], problem["dim"]
     forward = 4.0 * b * h * s * s * d / (2.0 if problem["causal"] else 1.0)
-    return forward * (3.5 if mode == "fwdbwd" else 1.0)
+    return forward * {"fwd": 1.0, "fwdbwd": 3.5, "bwd": 2.5}[mode]
 
 
 class Inputs:
@@ -167,13 +168,19 @@ def make_forward(torch, name):
 
 
 def step(torch, forward, layout, inputs, causal, mode):
-    """The function to time: forward only (no autograd graph), or forward then backward."""
+    """The function to time: forward only (no autograd graph), forward then backward, or the backward alone
+    (of one forward run here, its graph kept between runs)."""
     q, k, v = inputs.leaves(layout)
     dout = inputs.dout(layout)
     if mode == "fwd":
         def run():
             with torch.no_grad():
                 forward(q, k, v, causal)
+    elif mode == "bwd":
+        out = forward(q, k, v, causal)
+
+        def run():
+            torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
     else:
         def run():
             out = forward(q, k, v, causal)
@@ -260,7 +267,7 @@ def check(torch, name, forward, layout, inputs, problem, mode, rows):
     q, k, v = inputs.leaves(layout)
     dout = inputs.dout(layout)
     out = forward(q, k, v, problem["causal"])
-    dq = torch.autograd.grad(out, q, dout)[0] if mode == "fwdbwd" else None
+    dq = torch.autograd.grad(out, q, dout)[0] if mode != "fwd" else None
 
     def head0(x):  # (S, D) of batch 0, head 0
         return x[0, :, 0] if layout == "bshd" else x[0, 0]
@@ -292,7 +299,7 @@ def chosen_backend(torch, problem, inputs, mode):
     import flashattn
 
     q, k, v = inputs.bshd[:3]
-    direction = "backward" if mode == "fwdbwd" else "forward"
+    direction = "forward" if mode == "fwd" else "backward"
     answers = flashattn.query_backends(q, k, v, direction=direction, causal=problem["causal"])
     return next((a["name"] for a in answers if a["chosen"]), None)
 

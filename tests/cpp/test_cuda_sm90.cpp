@@ -791,8 +791,51 @@ TEST(CudaSm90, BackwardVarlenWindowAndGqa) {
       }
 }
 
+// The deterministic mode (the main kernel without dQ, then sm80's dQ kernel): within the criterion, and
+// dq, dk, dv bitwise equal from run to run, with GQA 4:1 (dK and dV summed over the group), causal and
+// not, at each bucket, varlen included.
+TEST(CudaSm90, BackwardDeterministicIsBitwiseRepeatable) {
+  FA_SKIP_WITHOUT_GPU(kBackend);
+  uint64_t seed = 6100;
+  for (int64_t dim : {64, 128})
+    for (int shape = 0; shape < 3; ++shape) {
+      AttnConfig c;
+      c.dtype = (seed % 2) ? flashattn::DType::bf16 : flashattn::DType::f16;
+      c.head_dim = dim;
+      c.heads = 8;
+      c.heads_k = 2;
+      if (shape == 2) {
+        c.varlen_q = {300, 0, 65};
+        c.varlen_k = {129, 200, 1};
+      } else {
+        c.batch = 2;
+        c.seqlen_q = 300;
+        c.seqlen_k = 517;
+      }
+      c.causal = shape == 1;
+      SCOPED_TRACE(c.name());
+      const AttnInputs in = make_inputs(c, ++seed);
+      BwdOutputs first, second;
+      try {
+        const FwdOutputs fwd = run_forward(in, kBackend, flashattn::Device::cuda(0));
+        first = run_backward(in, fwd, kBackend, flashattn::Device::cuda(0), /*deterministic=*/true);
+        second = run_backward(in, fwd, kBackend, flashattn::Device::cuda(0), /*deterministic=*/true);
+      } catch (const flashattn::Error& e) {
+        if (e.status() != flashattn::Status::unsupported) throw;
+        GTEST_SKIP() << e.what();
+      }
+      expect_backward_within_criterion(first, reference_backward(in), naive_lowp(in, true), c.dtype);
+      for (const auto& [a, b] : {std::pair{&first.dq, &second.dq}, std::pair{&first.dk, &second.dk},
+                                 std::pair{&first.dv, &second.dv}}) {
+        ASSERT_EQ(a->nbytes(), b->nbytes());
+        EXPECT_EQ(std::memcmp(a->data(), b->data(), a->nbytes()), 0);
+      }
+      if (HasFatalFailure()) return;
+    }
+}
+
 // Declined with a reason that names what is missing, so the dispatcher falls back to cuda_sm80: head dims
-// above 128, the deterministic mode, dropout (runs without a GPU: these reasons come before the device's).
+// above 128, dropout (runs without a GPU: these reasons come before the device's).
 TEST(CudaSm90, BackwardDeclinesWhatItLacks) {
   const flashattn::detail::Backend& b = flashattn::detail::cuda_sm90_backend();
   ASSERT_NE(b.supports_bwd, nullptr);
@@ -809,9 +852,6 @@ TEST(CudaSm90, BackwardDeclinesWhatItLacks) {
   auto q = p;
   q.head_dim = 192;
   declines(q, "head_dim 192");
-  q = p;
-  q.deterministic = true;
-  declines(q, "deterministic");
   q = p;
   q.dropout.p = 0.1f;
   declines(q, "dropout");

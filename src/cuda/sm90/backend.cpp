@@ -238,7 +238,6 @@ std::string supports_bwd(const BwdProblem& p) {
            " (the sm90 backward takes multiples of 8 in (32, 128]; cuda_sm80 runs the others)";
   if (!bucket_compiled(bucket))
     return "head_dim bucket " + std::to_string(bucket) + " not compiled (FLASHATTN_HEAD_DIMS)";
-  if (p.deterministic) return "deterministic backward not yet implemented (cuda_sm80 has it)";
   if (p.dropout.p > 0.0f) return "dropout not yet implemented";
   constexpr int64_t kMaxCoord = int64_t(1) << 30;
   if (map_rows_q(p) > kMaxCoord || map_rows_k(p) > kMaxCoord || p.seqlen_q > kMaxCoord || p.seqlen_k > kMaxCoord ||

@@ -174,8 +174,9 @@ struct BwdBarriers {
 // where each reads only its own rows), the epilogue's (both), and each warpgroup's store barrier.
 inline constexpr uint32_t kBwdDsBarrier = 1, kBwdEpilogueBarrier = 3, kBwdStoreBarrier = 4;
 
-// kGeneral: the instance for calls with softcap or ALiBi (attn/score_args.h).
-template <typename T, int kHeadDim, bool kGeneral>
+// kGeneral: the instance for calls with softcap or ALiBi (attn/score_args.h). kDq: dQ is computed here
+// (into dq_accum); without it (the deterministic mode) sm80's dQ kernel computes dQ afterwards, without atomics.
+template <typename T, int kHeadDim, bool kGeneral, bool kDq>
 __global__ void __launch_bounds__(bwd_tile(kHeadDim).threads(), 1) bwd_kernel(const __grid_constant__ BwdArgs args) {
   constexpr Sm90BwdTile kTile = bwd_tile(kHeadDim, kGeneral);
   constexpr int kBlockM = kTile.block_m, kBlockN = kTile.block_n, kStages = kTile.stages;
@@ -373,38 +374,47 @@ __global__ void __launch_bounds__(bwd_tile(kHeadDim).threads(), 1) bwd_kernel(co
     Consumer::keys_by_dims(dk, da, q_tile);
     wgmma::commit_group();
 
-    // dS^T into this step's buffer, visible to the async proxy of both warpgroups (or this one's) before dQ.
-    T* ds_tile = ds_tiles + (i & 1) * kDsElems;
-    Consumer::store_packed(ds_tile, da, key_row0 + 16 * warp, lane);
-    wgmma::fence_proxy_async();
-    if constexpr (kTile.dq_split_columns())
-      async::named_barrier_sync(kBwdDsBarrier, kConsumerThreads);
-    else
-      async::named_barrier_sync(kBwdDsBarrier + uint32_t(consumer), kWarpgroupThreads);
-    float dq[Consumer::kDqFrags][4];
-    Consumer::dq_issue(dq, ptx::smem_addr(ds_tile), base + uint32_t(kTile.k_offset()), consumer);
-    wgmma::wait_group<0>();
-    wgmma::fence_operands(dv);
-    wgmma::fence_operands(dk);
-    wgmma::fence_operands(dq);
-    wgmma::fence_operands(pa);
-    wgmma::fence_operands(da);
-    async::mbarrier_arrive(bars.empty(st.stage));  // the tensor cores are done reading Q and dO
+    if constexpr (kDq) {
+      // dS^T into this step's buffer, visible to the async proxy of both warpgroups (or this one's) before dQ.
+      T* ds_tile = ds_tiles + (i & 1) * kDsElems;
+      Consumer::store_packed(ds_tile, da, key_row0 + 16 * warp, lane);
+      wgmma::fence_proxy_async();
+      if constexpr (kTile.dq_split_columns())
+        async::named_barrier_sync(kBwdDsBarrier, kConsumerThreads);
+      else
+        async::named_barrier_sync(kBwdDsBarrier + uint32_t(consumer), kWarpgroupThreads);
+      float dq[Consumer::kDqFrags][4];
+      Consumer::dq_issue(dq, ptx::smem_addr(ds_tile), base + uint32_t(kTile.k_offset()), consumer);
+      wgmma::wait_group<0>();
+      wgmma::fence_operands(dv);
+      wgmma::fence_operands(dk);
+      wgmma::fence_operands(dq);
+      wgmma::fence_operands(pa);
+      wgmma::fence_operands(da);
+      async::mbarrier_arrive(bars.empty(st.stage));  // the tensor cores are done reading Q and dO
 
-    // dQ slice: rows 16 warp + g (+ 8) of the step, columns col0 + 8 j + 2 t (+ 1).
-    const int col0 = kTile.dq_split_columns() ? consumer * kTile.dq_cols() : 0;
-    const int64_t q_row0 = attn::global_q_row(p, b, seq, m0);
+      // dQ slice: rows 16 warp + g (+ 8) of the step, columns col0 + 8 j + 2 t (+ 1).
+      const int col0 = kTile.dq_split_columns() ? consumer * kTile.dq_cols() : 0;
+      const int64_t q_row0 = attn::global_q_row(p, b, seq, m0);
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int row = 16 * warp + g + 8 * half;
-      if (row >= valid_q) continue;
+      for (int half = 0; half < 2; ++half) {
+        const int row = 16 * warp + g + 8 * half;
+        if (row >= valid_q) continue;
 #pragma unroll
-      for (int j = 0; j < Consumer::kDqFrags; ++j) {
-        const int col = col0 + 8 * j + 2 * t;
-        if (col < p.head_dim)
-          ptx::red_add_f32x2(a.dq_accum + attn::dq_accum_offset(q_row0 + row, h, col, p.heads, p.head_dim),
-                             dq[j][2 * half], dq[j][2 * half + 1]);
+        for (int j = 0; j < Consumer::kDqFrags; ++j) {
+          const int col = col0 + 8 * j + 2 * t;
+          if (col < p.head_dim)
+            ptx::red_add_f32x2(a.dq_accum + attn::dq_accum_offset(q_row0 + row, h, col, p.heads, p.head_dim),
+                               dq[j][2 * half], dq[j][2 * half + 1]);
+        }
       }
+    } else {
+      wgmma::wait_group<0>();
+      wgmma::fence_operands(dv);
+      wgmma::fence_operands(dk);
+      wgmma::fence_operands(pa);
+      wgmma::fence_operands(da);
+      async::mbarrier_arrive(bars.empty(st.stage));
     }
     st.advance();
   }
@@ -429,13 +439,16 @@ __global__ void __launch_bounds__(bwd_tile(kHeadDim).threads(), 1) bwd_kernel(co
 }
 
 // Launches the main kernel of one (dtype, head-dim bucket): one CTA per (key tile, kv head, sequence).
-// Instantiated in bwd_hdim<D>.cu; launch_bwd.cu runs the kernels around it.
+// Instantiated in bwd_hdim<D>.cu; launch_bwd.cu runs the kernels around it. Without dq_accum (the
+// deterministic mode) the instance without dQ.
 template <typename T, int kHeadDim>
 void run_bwd(const BwdArgs& args, cudaStream_t stream) {
   constexpr Sm90BwdTile kTile = bwd_tile(kHeadDim);
   const int64_t blocks = int64_t(args.base.num_n_blocks) * args.base.p.heads_k * args.base.p.batch;
   if (blocks == 0) return;
-  auto kernel = attn::needs_general_kernel(args.base.p) ? bwd_kernel<T, kHeadDim, true> : bwd_kernel<T, kHeadDim, false>;
+  const bool general = attn::needs_general_kernel(args.base.p), dq = args.base.dq_accum != nullptr;
+  auto kernel = general ? (dq ? bwd_kernel<T, kHeadDim, true, true> : bwd_kernel<T, kHeadDim, true, false>)
+                        : (dq ? bwd_kernel<T, kHeadDim, false, true> : bwd_kernel<T, kHeadDim, false, false>);
   allow_dynamic_smem(kernel, size_t(kTile.smem_bytes()), args.base.p.device.index, "sm90 backward");
   kernel<<<grid_1d(blocks, "sm90 backward"), kTile.threads(), kTile.smem_bytes(), stream>>>(args);
   FA_CUDA_CHECK_LAUNCH("sm90 backward kernel");

@@ -1,8 +1,10 @@
 // Host side of the sm90 backward: D = rowsum(dO * O) (which also clears dq_accum) -> the main kernel
 // (bwd_kernel.cuh: dK, dV, and dQ added into dq_accum) -> dQ rounded to the dtype. The kernels around
-// the main one are the other CUDA backward's (attn/bwd_prepost.cuh). Workspaces (stream-ordered, freed
-// when this function returns, after the kernels are enqueued): D (fp32 per query row and head) and
-// dq_accum (fp32 in attn/dq_accum.h's blocked layout).
+// the main one are the other CUDA backward's (attn/bwd_prepost.cuh). The deterministic mode runs the main
+// kernel without dQ and then sm80's dQ kernel, which computes each query tile's dQ whole (no atomics), so
+// dq, dk and dv are bitwise repeatable. Workspaces (stream-ordered, freed when this function returns,
+// after the kernels are enqueued): D (fp32 per query row and head) and, unless deterministic, dq_accum
+// (fp32 in attn/dq_accum.h's blocked layout).
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -13,7 +15,10 @@
 #include "cuda/common/check.h"
 #include "cuda/common/dispatch.h"
 #include "cuda/common/launch.h"
+#include "cuda/attn/head_dim.h"
+#include "cuda/attn/switch.h"
 #include "cuda/common/workspace.h"
+#include "cuda/sm80/launch.h"
 #include "cuda/sm90/bwd_tile.h"
 #include "cuda/sm90/launch.h"
 
@@ -43,9 +48,11 @@ void launch_bwd(BwdArgs args, cudaStream_t stream) {
   const int64_t rows = p.total_q * p.heads;  // (query row, head) pairs
   Workspace dsum(size_t(rows) * sizeof(float), stream);
   args.base.dsum = dsum.as<float>();
-  Workspace dq_accum(rows > 0 ? size_t(attn::dq_accum_elems(p.total_q, p.heads, p.head_dim)) * sizeof(float) : 0,
+  // The deterministic mode: the main kernel without dQ, then sm80's dQ kernel (per query tile, no atomics).
+  const bool atomics = !p.deterministic && rows > 0;
+  Workspace dq_accum(atomics ? size_t(attn::dq_accum_elems(p.total_q, p.heads, p.head_dim)) * sizeof(float) : 0,
                      stream);
-  args.base.dq_accum = dq_accum.as<float>();
+  args.base.dq_accum = atomics ? dq_accum.as<float>() : nullptr;
   dispatch_dtype<false>(p.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (rows > 0) {
@@ -54,7 +61,11 @@ void launch_bwd(BwdArgs args, cudaStream_t stream) {
       FA_CUDA_CHECK_LAUNCH("sm90 backward D kernel");
     }
     run_bwd_bucket<T>(args, bwd_bucket(p.head_dim), stream);
-    if (rows > 0) {
+    if (p.deterministic && rows > 0)
+      attn::head_dim_switch(attn::head_dim_bucket(p.head_dim), [&](auto bucket) {
+        sm80::run_bwd_dq<T, decltype(bucket)::value>(args.base, stream);
+      });
+    if (atomics) {
       attn::bwd_dq_convert_kernel<T>
           <<<grid_1d(ceil_div(rows * (p.head_dim / 8), attn::kPrepostThreads), "sm90 backward dQ convert"),
              attn::kPrepostThreads, 0, stream>>>(args.base);
