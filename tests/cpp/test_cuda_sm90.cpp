@@ -1,11 +1,11 @@
-// cuda_sm90 (the Hopper forward): host checks of what its kernel relies on, run everywhere:
+// cuda_sm90 (the Hopper forward and backward): host checks of what its kernels rely on, run everywhere:
 //  * the shared-memory layout TMA writes with the 128-byte swizzle is the one the wgmma descriptors read
-//    (both modelled after the PTX ISA's definitions) and sm80's SmemTile, which the epilogue reuses;
-//  * the tile table's budgets (shared memory, registers after setmaxnreg, 1024-byte aligned tiles);
+//    (both modelled after the PTX ISA's definitions) and sm80's SmemTile, which the epilogues reuse;
+//  * the tile tables' budgets (shared memory, registers after setmaxnreg, 1024-byte aligned tiles);
 //  * the pipeline's stage/phase indexing (pipeline.h), run against a model of mbarrier phases with random
 //    interleavings of the producer, the TMA engine and the consumers.
-// The kernel itself runs in the shared catalogue (test_backend_forward.cpp) forced onto cuda_sm90 on a GPU,
-// and in the GPU part at the end; none of it has run yet (docs/kernels.md, "cuda_sm90 forward").
+// The kernels themselves run in the shared catalogues (test_backend_forward.cpp, test_backend_backward.cpp)
+// forced onto cuda_sm90 on a GPU, and in the GPU part at the end.
 
 #include <gtest/gtest.h>
 
@@ -825,8 +825,8 @@ TEST(CudaSm90, BackwardDeterministicIsBitwiseRepeatable) {
         GTEST_SKIP() << e.what();
       }
       expect_backward_within_criterion(first, reference_backward(in), naive_lowp(in, true), c.dtype);
-      for (const auto& [a, b] : {std::pair{&first.dq, &second.dq}, std::pair{&first.dk, &second.dk},
-                                 std::pair{&first.dv, &second.dv}}) {
+      for (const auto& [a, b] :
+           {std::pair{&first.dq, &second.dq}, std::pair{&first.dk, &second.dk}, std::pair{&first.dv, &second.dv}}) {
         ASSERT_EQ(a->nbytes(), b->nbytes());
         EXPECT_EQ(std::memcmp(a->data(), b->data(), a->nbytes()), 0);
       }

@@ -17,10 +17,9 @@
 
 #include "api/backends.h"
 #include "cuda/attn/score_args.h"
+#include "cuda/common/alignment.h"
 #include "cuda/common/device_guard.h"
 #include "cuda/common/device_props.h"
-#include "cuda/attn/dq_accum.h"
-#include "cuda/common/alignment.h"
 #include "cuda/common/launch.h"
 #include "cuda/sm80/launch.h"
 #include "cuda/sm90/bwd_tile.h"

@@ -58,11 +58,11 @@ template <typename T, int kHeadDim>
 struct BwdConsumer {
   static constexpr Sm90BwdTile kTile = bwd_tile(kHeadDim);
   static constexpr int kBlockM = kTile.block_m, kBlockN = kTile.block_n;
-  static constexpr int kSFrags = kBlockM / 8;           // n8 groups of S^T and dP^T (queries)
-  static constexpr int kDFrags = kHeadDim / 8;          // n8 groups of dK and dV (head dims)
-  static constexpr int kDqFrags = kTile.dq_cols() / 8;  // n8 groups of this warpgroup's dQ slice
-  static constexpr int kDimSteps = kHeadDim / 16;       // k16 steps of S^T and dP^T
-  static constexpr int kRowSteps = kBlockM / 16;        // k16 steps of dK and dV (queries)
+  static constexpr int kSFrags = kBlockM / 8;             // n8 groups of S^T and dP^T (queries)
+  static constexpr int kDFrags = kHeadDim / 8;            // n8 groups of dK and dV (head dims)
+  static constexpr int kDqFrags = kTile.dq_cols() / 8;    // n8 groups of this warpgroup's dQ slice
+  static constexpr int kDimSteps = kHeadDim / 16;         // k16 steps of S^T and dP^T
+  static constexpr int kRowSteps = kBlockM / 16;          // k16 steps of dK and dV (queries)
   static constexpr int kKeySteps = kTile.dq_keys() / 16;  // k16 steps of dQ (keys)
   static_assert(kSFrags == 8 && kDqFrags == 8, "S^T, dP^T and dQ are m64n64k16 products");
   static_assert(kDFrags == 8 || kDFrags == 16, "dK and dV are m64n64k16 or m64n128k16 products");
@@ -121,11 +121,10 @@ struct BwdConsumer {
     zero(acc);
     const int key0 = kTile.dq_split_columns() ? 0 : kWgmmaRows * consumer;
     const int panel = kTile.dq_split_columns() ? consumer : 0;
-    const uint64_t a_desc = wgmma::smem_desc(ds_tile + uint32_t(key0) * kPanelRowBytes, mnmajor_leading(kBlockN),
-                                             kSwizzleAtomBytes);
-    const uint64_t b_desc =
-        wgmma::smem_desc(k_tile + uint32_t(panel * kBlockN + key0) * kPanelRowBytes, mnmajor_leading(kBlockN),
-                         kSwizzleAtomBytes);
+    const uint64_t a_desc =
+        wgmma::smem_desc(ds_tile + uint32_t(key0) * kPanelRowBytes, mnmajor_leading(kBlockN), kSwizzleAtomBytes);
+    const uint64_t b_desc = wgmma::smem_desc(k_tile + uint32_t(panel * kBlockN + key0) * kPanelRowBytes,
+                                             mnmajor_leading(kBlockN), kSwizzleAtomBytes);
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < kKeySteps; ++kk)
@@ -148,8 +147,7 @@ struct BwdConsumer {
 
   // Stores packed A fragments of this warp's 16 keys (tile rows row0 + g, row0 + g + 8) into the dS^T tile:
   // element (key, query) at its (row, column); the 4-byte stores of sm80's store_acc (conflict-free).
-  __device__ __forceinline__ static void store_packed(T* tile, const uint32_t (&x)[kRowSteps][4], int row0,
-                                                      int lane) {
+  __device__ __forceinline__ static void store_packed(T* tile, const uint32_t (&x)[kRowSteps][4], int row0, int lane) {
     using DsTile = sm80::SmemTile<kBlockN, kBlockM>;
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
@@ -284,8 +282,8 @@ __global__ void __launch_bounds__(bwd_tile(kHeadDim).threads(), 1) bwd_kernel(co
   const int consumer = warpgroup - 1;
   const int tid = int(threadIdx.x) % kWarpgroupThreads, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
-  const int key_row0 = consumer * kWgmmaRows;              // the warpgroup's first key row in the tile
-  const int64_t warp_key0 = n0 + key_row0 + 16 * warp;     // this warp's first key in the sequence
+  const int key_row0 = consumer * kWgmmaRows;           // the warpgroup's first key row in the tile
+  const int64_t warp_key0 = n0 + key_row0 + 16 * warp;  // this warp's first key in the sequence
   const int64_t wg_key0 = n0 + key_row0, wg_key1 = wg_key0 + kWgmmaRows - 1;
   const float scale_log2 = a.s.scale_log2, scale = p.score.softmax_scale;
   T* ds_tiles = reinterpret_cast<T*>(smem + kTile.ds_offset(0));
@@ -311,7 +309,8 @@ __global__ void __launch_bounds__(bwd_tile(kHeadDim).threads(), 1) bwd_kernel(co
     // (attn/fragment_mask.cuh). Query rows past the sequence are masked too (their LSE is a zero fill).
     const float* lse2 = reinterpret_cast<const float*>(smem + kTile.lse_offset(st.stage));
     const float* dsum = reinterpret_cast<const float*>(smem + kTile.dsum_offset(st.stage));
-    const bool needs_mask = valid_q < kBlockM || !attn::tile_fully_visible(mask, m0, m0 + kBlockM - 1, wg_key0, wg_key1);
+    const bool needs_mask =
+        valid_q < kBlockM || !attn::tile_fully_visible(mask, m0, m0 + kBlockM - 1, wg_key0, wg_key1);
     uint32_t pa[Consumer::kRowSteps][4], da[Consumer::kRowSteps][4];
     if constexpr (!kGeneral) {
       // P^T while dP^T is still on the tensor cores; the scale is one multiply before exp2.

@@ -12,11 +12,11 @@
 #include <cstdint>
 
 #include "cuda/attn/bwd_prepost.cuh"
+#include "cuda/attn/head_dim.h"
+#include "cuda/attn/switch.h"
 #include "cuda/common/check.h"
 #include "cuda/common/dispatch.h"
 #include "cuda/common/launch.h"
-#include "cuda/attn/head_dim.h"
-#include "cuda/attn/switch.h"
 #include "cuda/common/workspace.h"
 #include "cuda/sm80/launch.h"
 #include "cuda/sm90/bwd_tile.h"
@@ -62,9 +62,8 @@ void launch_bwd(BwdArgs args, cudaStream_t stream) {
     }
     run_bwd_bucket<T>(args, bwd_bucket(p.head_dim), stream);
     if (p.deterministic && rows > 0)
-      attn::head_dim_switch(attn::head_dim_bucket(p.head_dim), [&](auto bucket) {
-        sm80::run_bwd_dq<T, decltype(bucket)::value>(args.base, stream);
-      });
+      attn::head_dim_switch(attn::head_dim_bucket(p.head_dim),
+                            [&](auto bucket) { sm80::run_bwd_dq<T, decltype(bucket)::value>(args.base, stream); });
     if (atomics) {
       attn::bwd_dq_convert_kernel<T>
           <<<grid_1d(ceil_div(rows * (p.head_dim / 8), attn::kPrepostThreads), "sm90 backward dQ convert"),
