@@ -1,8 +1,10 @@
 """pytest plugin of the compatibility gate (run_flash_attn_tests.py loads it with -p): deselects the
 excluded cases of flash-attn's tests/test_flash_attn.py, each with its reason (docs/compat.md lists
-them), reports the counts, and optionally keeps a seeded random sample of the rest."""
+them), reports the counts, and optionally keeps one shard of the rest (a fixed split by test id, so that
+runs on different days and machines add up to the whole file) and/or a seeded random sample of it."""
 
 import random
+import zlib
 
 import pytest
 
@@ -30,6 +32,23 @@ def pytest_addoption(parser):
     group = parser.getgroup("flashattn compat")
     group.addoption("--compat-sample", type=int, default=0, help="keep this many random cases (0: all)")
     group.addoption("--compat-seed", type=int, default=0, help="seed of --compat-sample")
+    group.addoption("--compat-shard", default="", help="K/N: keep the cases whose test id hashes to K mod N")
+
+
+def parse_shard(text):
+    """(K, N) of 'K/N' (0 <= K < N), or None for ''."""
+    if not text:
+        return None
+    k, sep, n = text.partition("/")
+    if not sep or not k.isdigit() or not n.isdigit() or not 0 <= int(k) < int(n):
+        raise pytest.UsageError(f"--compat-shard: expected K/N with 0 <= K < N, got {text!r}")
+    return int(k), int(n)
+
+
+def shard_of(nodeid, count):
+    """The shard of a test id: CRC-32 of its UTF-8 bytes mod count (stable across runs, machines and
+    pytest-xdist workers, unlike Python's salted hash)."""
+    return zlib.crc32(nodeid.encode()) % count
 
 
 def exclusion_reason(item):
@@ -52,11 +71,15 @@ def pytest_collection_modifyitems(session, config, items):
             kept.append(item)
         else:
             dropped.setdefault(reason, []).append(item)
-    sample = config.getoption("--compat-sample")
+    shard = parse_shard(config.getoption("--compat-shard"))
     sampled_out = []
+    if shard is not None:
+        sampled_out = [item for item in kept if shard_of(item.nodeid, shard[1]) != shard[0]]
+        kept = [item for item in kept if shard_of(item.nodeid, shard[1]) == shard[0]]
+    sample = config.getoption("--compat-sample")
     if 0 < sample < len(kept):
         chosen = set(random.Random(config.getoption("--compat-seed")).sample(range(len(kept)), sample))
-        sampled_out = [item for i, item in enumerate(kept) if i not in chosen]
+        sampled_out += [item for i, item in enumerate(kept) if i not in chosen]
         kept = [item for i, item in enumerate(kept) if i in chosen]
     deselected = [item for group in dropped.values() for item in group] + sampled_out
     if deselected:
@@ -71,5 +94,5 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     for reason, group in dropped.items():
         terminalreporter.write_line(f"excluded {len(group):6d}: {reason}")
     if sampled_out:
-        terminalreporter.write_line(f"not sampled {sampled_out:6d} (--compat-sample)")
+        terminalreporter.write_line(f"not sampled {sampled_out:6d} (--compat-shard, --compat-sample)")
     terminalreporter.write_line(f"run {kept:6d}")

@@ -4,7 +4,7 @@ flashattn through an alias package named `flash_attn` (tests/compat/alias). Need
 einops, pytest and an installed flashattn built with CUDA. See docs/compat.md.
 
     python tests/compat/run_flash_attn_tests.py --fetch-only     # on a machine with network access
-    python tests/compat/run_flash_attn_tests.py [--sample N] [-- pytest args]   # on the GPU machine
+    python tests/compat/run_flash_attn_tests.py [--sample N] [--shard K/N] [-- pytest args]   # on the GPU machine
 
 The file is fetched once into tests/compat/.upstream/<commit>/ (ignored by git, never committed) and
 checked against its git blob hash, so a run uses exactly the pinned file. Exit status: pytest's.
@@ -55,6 +55,8 @@ def main():
     parser.add_argument("--no-fetch", action="store_true", help="never use the network")
     parser.add_argument("--sample", type=int, default=0, help="run this many random cases (0: all)")
     parser.add_argument("--seed", type=int, default=0, help="seed of --sample")
+    parser.add_argument("--shard", default="", help="K/N: run shard K of N (a fixed split by test id; the N "
+                        "shards together are the whole file)")
     parser.add_argument("pytest_args", nargs="*", help="passed to pytest (after --)")
     args = parser.parse_args()
     blob = args.blob if args.blob is not None else (PINNED_BLOB if args.commit == PINNED_COMMIT else "")
@@ -75,7 +77,8 @@ def main():
               file=sys.stderr)
         return check.returncode
     command = [sys.executable, "-m", "pytest", str(path), "-p", "exclusions", "-p", "no:cacheprovider", "-q",
-               "--compat-sample", str(args.sample), "--compat-seed", str(args.seed), *args.pytest_args]
+               "--compat-sample", str(args.sample), "--compat-seed", str(args.seed), "--compat-shard", args.shard,
+               *args.pytest_args]
     return subprocess.run(command, env=env, cwd=path.parent).returncode
 
 

@@ -1,0 +1,40 @@
+"""The compatibility gate's shards (tests/compat/exclusions.py, --compat-shard K/N): every test id falls in
+exactly one shard, the split does not depend on the process (xdist workers and later sessions see the same
+one), and malformed specs are refused. Needs pytest only."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "compat"))
+from exclusions import parse_shard, shard_of  # noqa: E402
+
+IDS = [f"test_flash_attn.py::test_flash_attn_output[{i}-{d}-False-True]" for i in range(300) for d in (59, 128)]
+
+
+def test_each_id_falls_in_exactly_one_shard_and_shards_are_balanced():
+    counts = [0] * 7
+    for nodeid in IDS:
+        shard = shard_of(nodeid, 7)
+        assert 0 <= shard < 7
+        counts[shard] += 1
+    assert sum(counts) == len(IDS)
+    assert min(counts) > len(IDS) / 7 / 2  # no shard starved (CRC-32 spreads the ids)
+
+
+def test_the_split_is_fixed():
+    # CRC-32, not Python's per-process salted hash: these values hold on every machine and run.
+    assert shard_of("a", 10) == 7  # zlib.crc32(b"a") = 3904355907
+    assert shard_of(IDS[0], 1) == 0
+
+
+@pytest.mark.parametrize("spec,expected", [("", None), ("0/4", (0, 4)), ("3/4", (3, 4))])
+def test_parse_shard_accepts_k_of_n(spec, expected):
+    assert parse_shard(spec) == expected
+
+
+@pytest.mark.parametrize("spec", ["4/4", "1", "a/b", "-1/3", "1/0"])
+def test_parse_shard_refuses_malformed_specs(spec):
+    with pytest.raises(pytest.UsageError, match="--compat-shard"):
+        parse_shard(spec)
