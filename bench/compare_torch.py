@@ -42,9 +42,10 @@ import os
 import subprocess
 import sys
 
-# flashattn_sm80: flashattn forced onto cuda_sm80, forward only (the raw op, no autograd), not run unless
-# asked: the peer of a new kernel generation that "flashattn" picks (scripts/gpu-check.sh --only sm90).
-IMPLEMENTATIONS = ("flashattn", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "flashattn_sm80")
+# Not run unless asked: flashattn_sm80, flashattn forced onto cuda_sm80 both ways (the peer of a new kernel
+# generation that "flashattn" picks; scripts/gpu-check.sh --only sm90), and flashattn_det, flashattn's
+# default choice with deterministic=True (the backward's bitwise-repeatable mode).
+IMPLEMENTATIONS = ("flashattn", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "flashattn_sm80", "flashattn_det")
 DEFAULT_IMPLS = IMPLEMENTATIONS[:4]
 PEERS = IMPLEMENTATIONS[1:]
 DTYPES = ("bf16", "fp16")
@@ -79,7 +80,7 @@ def parse_args(argv=None):
                    help="fwd, fwdbwd and/or bwd (the backward alone) (default fwd,fwdbwd)")
     p.add_argument("--dtypes", type=_choice_list(DTYPES), default=DTYPES, help="bf16 and/or fp16 (default both)")
     p.add_argument("--impls", type=_choice_list(IMPLEMENTATIONS), default=DEFAULT_IMPLS,
-                   help="implementations to run (default all but flashattn_sm80)")
+                   help="implementations to run (default all but flashattn_sm80 and flashattn_det)")
     p.add_argument("--rep", type=int, default=100, help="timed ms per implementation and configuration, split "
                    "over the rounds (default 100)")
     p.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds per configuration (default 5)")
@@ -151,9 +152,11 @@ def make_forward(torch, name):
 
         return (lambda q, k, v, causal: flashattn.flash_attn_func(q, k, v, causal=causal)), "bshd"
     if name == "flashattn_sm80":
+        return _forced_backend_attention(torch, "cuda_sm80"), "bshd"
+    if name == "flashattn_det":
         import flashattn
 
-        return (lambda q, k, v, causal: flashattn.forward(q, k, v, causal=causal, backend="cuda_sm80")[0]), "bshd"
+        return (lambda q, k, v, causal: flashattn.flash_attn_func(q, k, v, causal=causal, deterministic=True)), "bshd"
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.functional import scaled_dot_product_attention
 
@@ -165,6 +168,28 @@ def make_forward(torch, name):
             return scaled_dot_product_attention(q, k, v, is_causal=causal)
 
     return forward, "bhsd"
+
+
+def _forced_backend_attention(torch, backend):
+    """fn(q, k, v, causal) -> out with forward and backward forced onto `backend` (flashattn.forward and
+    flashattn.backward under autograd), to time one backend of ours beside the default choice."""
+    import flashattn
+
+    class Forced(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, causal):
+            out, lse, _ = flashattn.forward(q, k, v, causal=causal, backend=backend)
+            ctx.save_for_backward(q, k, v, out, lse)
+            ctx.causal = causal
+            return out
+
+        @staticmethod
+        def backward(ctx, dout):
+            q, k, v, out, lse = ctx.saved_tensors
+            dq, dk, dv = flashattn.backward(dout, q, k, v, out, lse, causal=ctx.causal, backend=backend)
+            return dq, dk, dv, None
+
+    return lambda q, k, v, causal: Forced.apply(q, k, v, causal)
 
 
 def step(torch, forward, layout, inputs, causal, mode):
