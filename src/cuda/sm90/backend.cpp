@@ -137,6 +137,21 @@ std::string device_reason(int device) {
   return {};
 }
 
+// The device's conditions, checked last (they query the driver): compute capability 9.0 and `smem` bytes
+// of shared memory per CTA within its opt-in limit.
+[[maybe_unused]] std::string device_and_smem_reason(int device, int smem) {
+  if (std::string r = device_reason(device); !r.empty()) return r;
+  int optin = 0;
+  if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+    cudaGetLastError();
+    return "cannot query the shared-memory limit of cuda:" + std::to_string(device);
+  }
+  if (smem > optin)
+    return "needs " + std::to_string(smem) + " bytes of shared memory per CTA, the device allows " +
+           std::to_string(optin);
+  return {};
+}
+
 std::string supports_fwd(const FwdProblem& p) {
 #if !defined(FLASHATTN_SM90A)
   (void)p;
@@ -168,17 +183,7 @@ std::string supports_fwd(const FwdProblem& p) {
   if (reinterpret_cast<uintptr_t>(p.out.ptr) % 16 != 0 || p.out.row_stride % 8 != 0 || p.out.head_stride % 8 != 0 ||
       p.out.batch_stride % 8 != 0)
     return "out: data pointer or strides not 16-byte aligned";
-  if (std::string r = device_reason(p.device.index); !r.empty()) return r;
-  const int smem = fwd_tile(bucket).smem_bytes();
-  int optin = 0;
-  if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, p.device.index) != cudaSuccess) {
-    cudaGetLastError();
-    return "cannot query the shared-memory limit of cuda:" + std::to_string(p.device.index);
-  }
-  if (smem > optin)
-    return "needs " + std::to_string(smem) + " bytes of shared memory per CTA, the device allows " +
-           std::to_string(optin);
-  return {};
+  return device_and_smem_reason(p.device.index, fwd_tile(bucket).smem_bytes());
 #endif
 }
 
@@ -258,16 +263,7 @@ std::string supports_bwd(const BwdProblem& p) {
   for (const auto& [view, name] :
        {std::pair{p.out, "out"}, std::pair{p.dq, "dq"}, std::pair{p.dk, "dk"}, std::pair{p.dv, "dv"}})
     if (std::string r = cuda::unaligned16_reason(name, view, 2); !r.empty()) return r;
-  if (std::string r = device_reason(p.device.index); !r.empty()) return r;
-  int optin = 0;
-  if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, p.device.index) != cudaSuccess) {
-    cudaGetLastError();
-    return "cannot query the shared-memory limit of cuda:" + std::to_string(p.device.index);
-  }
-  if (tile.smem_bytes() > optin)
-    return "needs " + std::to_string(tile.smem_bytes()) + " bytes of shared memory per CTA, the device allows " +
-           std::to_string(optin);
-  return {};
+  return device_and_smem_reason(p.device.index, tile.smem_bytes());
 #endif
 }
 
