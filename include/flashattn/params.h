@@ -40,7 +40,7 @@ struct AttentionOptions {
 // D is any head dim from 1 to 256.
 struct FwdParams {
   Tensor q, k, v;
-  Tensor out;                         // written: same shape and dtype as q
+  Tensor out;                         // written: same shape and dtype as q (bf16 for fp8_e4m3 q)
   Tensor softmax_lse;                 // optional, written: fp32 (B, H, Sq) dense, (H, total_q) varlen; natural log
   Tensor cu_seqlens_q, cu_seqlens_k;  // int32 (B + 1), both or neither
   int64_t max_seqlen_q = 0, max_seqlen_k = 0;  // varlen only: upper bounds of the per-sequence lengths
@@ -56,6 +56,11 @@ struct FwdParams {
   // Varlen forward only: int32 (B); when present, sequence b attends to its first seqused_k[b] keys instead
   // of cu_seqlens_k[b + 1] - cu_seqlens_k[b] (the masks align to that count), as flash-attn's and vLLM's.
   Tensor seqused_k;
+  // FP8: q, k and v in fp8_e4m3 (all three), out in bf16. Optional fp32 (B, Hk) factors (any strides)
+  // that turn each stored value into the real one, per batch entry and kv head, as flash-attn 3's
+  // q_descale / k_descale / v_descale (query head h uses its kv head's q factor); absent means 1. Only
+  // with fp8_e4m3 inputs; no dropout, no backward.
+  Tensor q_descale, k_descale, v_descale;
 };
 
 // Backward. Reads q, k, v, out, softmax_lse (required) and dout; writes dq, dk, dv (like q, k, v).

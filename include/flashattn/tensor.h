@@ -10,7 +10,7 @@ enum class DType : uint8_t {
   f32,
   f16,
   bf16,
-  fp8_e4m3,  // reserved for FP8 kernels; no backend accepts it yet
+  fp8_e4m3,  // float8 e4m3fn: q, k, v of the forward (FwdParams), out in bf16
   i32,       // index tensors: cu_seqlens, block_table, cache_seqlens, ...
 };
 

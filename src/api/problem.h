@@ -36,6 +36,16 @@ struct LseView {
   FA_HD int64_t offset(int64_t b, int64_t row, int64_t h) const { return b * batch_stride + h * head_stride + row; }
 };
 
+// FP8 inputs (q, k, v in fp8_e4m3): the fp32 factors that turn stored values into real ones, one per
+// (batch, kv head) (flash-attn 3's q_descale / k_descale / v_descale: q's factor of query head h is that of
+// its kv head h / group); absent: 1.
+struct DescaleView {
+  const float* ptr = nullptr;
+  int64_t batch_stride = 0, head_stride = 0;
+
+  FA_HD float at(int64_t b, int64_t hk) const { return ptr ? ptr[b * batch_stride + hk * head_stride] : 1.0f; }
+};
+
 // The logits transform and mask of one call, shared by every backend (see common/score.h).
 struct ScoreParams {
   float softmax_scale = 1.0f;
@@ -65,7 +75,7 @@ struct PagedKeys {
 };
 
 struct FwdProblem {
-  DType dtype = DType::f32;
+  DType dtype = DType::f32;  // of q, k and v; out's is out_dtype()
   Device device{};
   int64_t batch = 0, heads = 0, heads_k = 0, head_dim = 0;
   // Dense: the sequence lengths. Varlen: upper bounds (max_seqlen_q/k); exact lengths come from cu_seqlens.
@@ -77,11 +87,14 @@ struct FwdProblem {
   LseView lse;
   ScoreParams score;
   DropoutParams dropout;
-  PagedKeys paged;                     // varlen forward only
-  const int32_t* seqused_k = nullptr;  // varlen forward only: (batch) keys per sequence, or nullptr
+  PagedKeys paged;                              // varlen forward only
+  const int32_t* seqused_k = nullptr;           // varlen forward only: (batch) keys per sequence, or nullptr
+  DescaleView q_descale, k_descale, v_descale;  // fp8_e4m3 inputs only
 
   bool varlen() const { return cu_seqlens_q != nullptr; }
   bool paged_kv() const { return paged.block_table != nullptr; }
+  // FP8 attention (fp8_e4m3 inputs) writes bf16; otherwise out has the inputs' dtype.
+  DType out_dtype() const { return dtype == DType::fp8_e4m3 ? DType::bf16 : dtype; }
   // Query heads per kv head; 1 for a call with no heads at all (heads = heads_k = 0, an empty call that a
   // forced backend's capability check still sees).
   int64_t group_size() const { return heads_k > 0 ? heads / heads_k : 1; }

@@ -12,6 +12,8 @@ BwdProblem make_bwd_problem(const BwdParams& p) {
     c.fail("block_table", "none (backward does not support paged K/V, as flash-attn's)", "a tensor");
   if (p.seqused_k.present())
     c.fail("seqused_k", "none (backward takes the key counts from cu_seqlens_k, as flash-attn's)", "a tensor");
+  if (p.q.dtype == DType::fp8_e4m3)
+    c.fail("q", "dtype f32, f16 or bf16 (FP8 attention has no backward)", dtype_name(p.q.dtype));
   static_cast<FwdProblem&>(pr) = make_fwd_core(c, p);
   check_out_like_q(c, p.out, "out", p.q);
   pr.out = rows_view(p.out);

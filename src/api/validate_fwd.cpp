@@ -30,6 +30,21 @@ void check_cu_seqlens_values(const ArgChecker& c, const Tensor& cu, const char* 
            std::to_string(v[n - 1]));
 }
 
+// An FP8 descale factor tensor: fp32 (batch, heads_k) on q's device, any strides; only with fp8_e4m3 inputs.
+DescaleView descale_view(const ArgChecker& c, const Tensor& t, const char* name, const FwdProblem& pr, bool fp8) {
+  DescaleView v;
+  if (!t.present()) return v;
+  if (!fp8) c.fail(name, "none (descale factors apply to fp8_e4m3 inputs only)", "a tensor");
+  c.tensor(t, name, 2, "(batch, heads_k)");
+  c.shape(t, name, {pr.batch, pr.heads_k}, "(batch, heads_k)");
+  c.dtype(t, name, DType::f32);
+  c.device(t, name, pr.device, "q");
+  v.ptr = static_cast<const float*>(t.data);
+  v.batch_stride = view_stride(t, 0);
+  v.head_stride = view_stride(t, 1);
+  return v;
+}
+
 }  // namespace
 
 FwdProblem make_fwd_core(const ArgChecker& c, const FwdParams& p) {
@@ -49,7 +64,8 @@ FwdProblem make_fwd_core(const ArgChecker& c, const FwdParams& p) {
                                 : "(batch, seqlen_k, heads_k, head_dim)";
 
   c.tensor(p.q, "q", rank, q_dims);
-  c.float_dtype(p.q, "q");
+  const bool fp8 = p.q.dtype == DType::fp8_e4m3;
+  if (!fp8) c.float_dtype(p.q, "q");
   c.device_index(p.q, "q");
   c.tensor(p.k, "k", k_rank, k_dims);
   c.tensor(p.v, "v", k_rank, k_dims);
@@ -121,13 +137,21 @@ FwdProblem make_fwd_core(const ArgChecker& c, const FwdParams& p) {
   if (!(p.dropout_p >= 0.0f && p.dropout_p < 1.0f))
     c.fail("dropout_p", "a probability in [0, 1)", std::to_string(p.dropout_p));
   pr.dropout = DropoutParams{p.dropout_p, p.seed, p.offset};
+  if (fp8 && p.dropout_p > 0.0f)
+    c.fail("dropout_p", "0 with fp8_e4m3 inputs (FP8 attention has no dropout)", std::to_string(p.dropout_p));
+  pr.q_descale = descale_view(c, p.q_descale, "q_descale", pr, fp8);
+  pr.k_descale = descale_view(c, p.k_descale, "k_descale", pr, fp8);
+  pr.v_descale = descale_view(c, p.v_descale, "v_descale", pr, fp8);
   return pr;
 }
 
 void check_out_like_q(const ArgChecker& c, const Tensor& t, const char* name, const Tensor& q) {
   const char* dims = q.ndim == 3 ? "(total_q, heads, head_dim)" : "(batch, seqlen_q, heads, head_dim)";
   c.tensor(t, name, q.ndim, dims);
-  c.same_dtype(t, name, q.dtype, "q");
+  if (q.dtype == DType::fp8_e4m3)
+    c.dtype(t, name, DType::bf16);  // FP8 attention writes bf16
+  else
+    c.same_dtype(t, name, q.dtype, "q");
   c.device(t, name, q.device, "q");
   bool same = true;
   for (int i = 0; i < q.ndim; ++i) same = same && t.shape[i] == q.shape[i];

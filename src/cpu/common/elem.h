@@ -18,8 +18,10 @@ inline float load_float(const void* base, int64_t offset, DType dt) {
       return f16_to_float(static_cast<const uint16_t*>(base)[offset]);
     case DType::bf16:
       return bf16_to_float(static_cast<const uint16_t*>(base)[offset]);
+    case DType::fp8_e4m3:
+      return e4m3_to_float(static_cast<const uint8_t*>(base)[offset]);
     default:
-      return 0.0f;  // validation admits only the three float types
+      return 0.0f;  // validation admits only the float types
   }
 }
 
@@ -34,6 +36,9 @@ inline void store_float(void* base, int64_t offset, DType dt, float value) {
     case DType::bf16:
       static_cast<uint16_t*>(base)[offset] = float_to_bf16(value);
       break;
+    case DType::fp8_e4m3:
+      static_cast<uint8_t*>(base)[offset] = float_to_e4m3(value);
+      break;
     default:
       break;
   }
@@ -46,6 +51,8 @@ inline float round_to(DType dt, float value) {
       return f16_to_float(float_to_f16(value));
     case DType::bf16:
       return bf16_to_float(float_to_bf16(value));
+    case DType::fp8_e4m3:
+      return e4m3_to_float(float_to_e4m3(value));
     default:
       return value;
   }

@@ -32,6 +32,14 @@ void gather_keys(const FwdProblem& p, const RowsView& kv, const SeqRange& r, int
   }
 }
 
+// FP8 inputs: the stored values times their (batch, kv head) factor, in fp64 (exact: a float8 value times
+// an fp32 factor has at most 28 significant bits).
+void descale(std::vector<double>& x, const DescaleView& d, int64_t b, int64_t hk) {
+  if (d.ptr == nullptr) return;
+  const double f = d.at(b, hk);
+  for (double& v : x) v *= f;
+}
+
 }  // namespace
 
 void forward(const FwdProblem& p, Stream) {
@@ -45,10 +53,13 @@ void forward(const FwdProblem& p, Stream) {
     gather_rows(p.q, p.dtype, b, r.q_start, r.sq, h, p.head_dim, in.q);
     gather_keys(p, p.k, r, b, h / group, in.k);
     gather_keys(p, p.v, r, b, h / group, in.v);
+    descale(in.q, p.q_descale, b, h / group);
+    descale(in.k, p.k_descale, b, h / group);
+    descale(in.v, p.v_descale, b, h / group);
     std::vector<double> out, lse;
     attend(in, make_mask(p.score, r.sq, r.sk), make_mod(p.score, b, h), make_dropout(p.dropout, b, h, p.heads), out,
            lse);
-    scatter_rows(p.out, p.dtype, b, r.q_start, r.sq, h, p.head_dim, out);
+    scatter_rows(p.out, p.out_dtype(), b, r.q_start, r.sq, h, p.head_dim, out);
     store_lse(p.lse, b, r.q_start, h, lse);
   });
 }

@@ -24,6 +24,7 @@ std::string AttnConfig::name() const {
   if (dropout_p > 0) s << "_drop" << dropout_p;
   if (page_size > 0) s << "_page" << page_size;
   if (seqused_k) s << "_seqused";
+  if (descale) s << "_descale";
   return s.str();
 }
 
@@ -121,6 +122,11 @@ AttnInputs make_inputs(const AttnConfig& cfg, uint64_t seed) {
     in.alibi.fill_uniform(rng, 0.0, 1.0);
   }
   if (cfg.varlen() && cfg.paged_or_seqused()) make_call_keys(in, rng);
+  if (cfg.descale)
+    for (HostTensor* t : {&in.q_descale, &in.k_descale, &in.v_descale}) {
+      *t = HostTensor(DType::f32, {cfg.num_seqs(), Hk});
+      t->fill_uniform(rng, 0.25, 2.0);
+    }
   return in;
 }
 
@@ -141,7 +147,7 @@ void fill_call_options(flashattn::FwdParams& p, const AttnInputs& in) {
 namespace {
 
 struct Uploaded {
-  DeviceTensor q, k, v, alibi, cu_q, cu_k, block_table, seqused_k;
+  DeviceTensor q, k, v, alibi, cu_q, cu_k, block_table, seqused_k, q_descale, k_descale, v_descale;
 };
 
 Uploaded upload(const AttnInputs& in, Device device, DType dt) {
@@ -155,6 +161,9 @@ Uploaded upload(const AttnInputs& in, Device device, DType dt) {
   u.cu_k = DeviceTensor(call_keys ? in.call_cu_seqlens_k : in.cu_seqlens_k, device);
   u.block_table = DeviceTensor(in.block_table, device);
   u.seqused_k = DeviceTensor(in.seqused_k, device);
+  u.q_descale = DeviceTensor(in.q_descale, device);
+  u.k_descale = DeviceTensor(in.k_descale, device);
+  u.v_descale = DeviceTensor(in.v_descale, device);
   return u;
 }
 
@@ -170,6 +179,9 @@ void fill_fwd_params(flashattn::FwdParams& p, const AttnInputs& in, const Upload
   p.seqused_k = u.seqused_k.view();
   p.options.alibi_slopes = u.alibi.view();
   p.options.backend = backend;
+  p.q_descale = u.q_descale.view();
+  p.k_descale = u.k_descale.view();
+  p.v_descale = u.v_descale.view();
 }
 
 HostTensor lse_shape(const AttnInputs& in) {
@@ -181,7 +193,8 @@ HostTensor lse_shape(const AttnInputs& in) {
 FwdOutputs forward_with(const AttnInputs& in, const std::string& backend, Device device, DType dt,
                         const std::function<void(const flashattn::FwdParams&)>& call) {
   Uploaded u = upload(in, device, dt);
-  HostTensor out(dt, in.q.shape()), lse = lse_shape(in);
+  // FP8 attention writes bf16.
+  HostTensor out(dt == DType::fp8_e4m3 ? DType::bf16 : dt, in.q.shape()), lse = lse_shape(in);
   out.poison();
   lse.poison();
   DeviceTensor d_out(out, device), d_lse(lse, device);

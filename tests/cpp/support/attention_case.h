@@ -30,6 +30,8 @@ struct AttnConfig {
   // varlen_k[b] keys, and seqused_k gives varlen_k. The oracle sees only the varlen_k keys, contiguous.
   int64_t page_size = 0;
   bool seqused_k = false;
+  // FP8 (dtype fp8_e4m3): random fp32 (B, Hk) descale factors for q, k and v (absent: 1).
+  bool descale = false;
 
   bool varlen() const { return !varlen_q.empty(); }
   bool paged_or_seqused() const { return page_size > 0 || seqused_k; }
@@ -46,6 +48,7 @@ struct AttnInputs {
   // What a paged or seqused_k call passes instead of k, v, cu_seqlens_k, max_seqlen_k (absent otherwise).
   HostTensor call_k, call_v, call_cu_seqlens_k, block_table, seqused_k;
   int64_t call_max_seqlen_k = 0;
+  HostTensor q_descale, k_descale, v_descale;  // f32 (B, Hk), when cfg.descale
 };
 
 AttnInputs make_inputs(const AttnConfig& cfg, uint64_t seed);

@@ -47,6 +47,8 @@ double HostTensor::get(int64_t i) const {
       return f16_to_float(reinterpret_cast<const uint16_t*>(p)[i]);
     case DType::bf16:
       return bf16_to_float(reinterpret_cast<const uint16_t*>(p)[i]);
+    case DType::fp8_e4m3:
+      return e4m3_to_float(p[i]);
     case DType::i32:
       return reinterpret_cast<const int32_t*>(p)[i];
     default:
@@ -65,6 +67,9 @@ void HostTensor::set(int64_t i, double value) {
       break;
     case DType::bf16:
       reinterpret_cast<uint16_t*>(p)[i] = float_to_bf16(float(value));
+      break;
+    case DType::fp8_e4m3:
+      p[i] = float_to_e4m3(float(value));
       break;
     case DType::i32:
       reinterpret_cast<int32_t*>(p)[i] = int32_t(value);

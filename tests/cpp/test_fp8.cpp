@@ -1,0 +1,247 @@
+// FP8 attention's semantics (issue 32): q, k, v in float8 e4m3 with optional fp32 (batch, kv head) descale
+// factors (flash-attn 3's q_descale / k_descale / v_descale), out in bf16. Checked against an oracle that
+// dequantises in the test (stored value x factor, in fp32) and runs the fp64 reference on that: so the
+// library's own dequantisation, the factors' broadcast (q's factor is its kv head's) and the bf16 store are
+// what is tested. The bound is flash-attn's criterion with a naive bf16 computation of the dequantised
+// problem as the low-precision baseline. Every backend is run: those without FP8 must decline with a
+// reason naming the dtype (the dispatcher then falls back to one that has it), never compute garbage.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "attention_case.h"
+#include "common/convert.h"
+#include "criterion.h"
+#include "naive_lowp.h"
+#include "outputs_criterion.h"
+
+namespace fa_test {
+namespace {
+
+using flashattn::DType;
+
+// in's q, k, v (and the call's paged or seqused_k copies) as fp32 values x their (sequence, kv head)
+// factor, without descale tensors: what the FP8 call means, computed outside the library.
+AttnInputs dequantised(const AttnInputs& in) {
+  AttnInputs d = in;
+  d.cfg.dtype = DType::f32;
+  d.cfg.descale = false;
+  d.q_descale = d.k_descale = d.v_descale = HostTensor();
+  const AttnConfig& c = in.cfg;
+  const int64_t H = c.heads, Hk = c.heads_k, D = c.head_dim, group = H / Hk;
+  const auto factor = [&](const HostTensor& t, int64_t b, int64_t hk) {
+    return t.present() ? t.get(b * Hk + hk) : 1.0;
+  };
+  // Sequence of packed row r (varlen) or of row r of a dense (B, S, H, D) tensor with `seq` rows each.
+  const auto seq_of = [&](const HostTensor& cu, int64_t r, int64_t seq) {
+    if (!c.varlen()) return r / seq;
+    int64_t b = 0;
+    while (b + 1 < c.num_seqs() && cu.i32()[b + 1] <= r) ++b;
+    return b;
+  };
+  const auto convert = [&](const HostTensor& src, const HostTensor& scale, const HostTensor& cu, int64_t seq,
+                           int64_t heads, int64_t per_kv) {
+    HostTensor out(DType::f32, src.shape());
+    const int64_t rows = src.numel() / (heads * D);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t x = 0; x < D; ++x) {
+          const int64_t i = (r * heads + h) * D + x;
+          out.set(i, float(float(src.get(i)) * float(factor(scale, seq_of(cu, r, seq), h / per_kv))));
+        }
+    return out;
+  };
+  d.q = convert(in.q, in.q_descale, in.cu_seqlens_q, c.seqlen_q, H, group);
+  d.k = convert(in.k, in.k_descale, in.cu_seqlens_k, c.seqlen_k, Hk, 1);
+  d.v = convert(in.v, in.v_descale, in.cu_seqlens_k, c.seqlen_k, Hk, 1);
+  d.dout = in.dout.as(DType::f32);
+  // The paged / seqused_k copies are only what the call reads; the oracle reads d.k, d.v (contiguous).
+  d.call_k = d.call_v = d.call_cu_seqlens_k = d.block_table = d.seqused_k = HostTensor();
+  d.cfg.page_size = 0;
+  d.cfg.seqused_k = false;
+  return d;
+}
+
+std::vector<AttnConfig> fp8_cases() {
+  std::vector<AttnConfig> out;
+  const auto base = [](int64_t d) {
+    AttnConfig c;
+    c.dtype = DType::fp8_e4m3;
+    c.head_dim = d;
+    c.heads = 8;
+    c.heads_k = 2;
+    c.batch = 2;
+    c.seqlen_q = 37;
+    c.seqlen_k = 75;
+    c.descale = true;
+    return c;
+  };
+  for (int64_t d : {64, 128, 40}) {
+    AttnConfig c = base(d);
+    out.push_back(c);  // GQA 4:1, Sq != Sk, descale factors per (batch, kv head)
+    c.causal = true;
+    out.push_back(c);
+  }
+  AttnConfig c = base(128);
+  c.descale = false;  // factors absent: 1
+  out.push_back(c);
+  c = base(64);
+  c.heads_k = 8;
+  c.window_left = 20;
+  c.window_right = 3;
+  c.softcap = 15.0f;
+  out.push_back(c);
+  c = base(64);
+  c.alibi = true;
+  c.seqlen_q = 1;  // decode-shaped
+  out.push_back(c);
+  c = base(128);
+  c.varlen_q = {17, 0, 40};
+  c.varlen_k = {30, 9, 64};
+  c.causal = true;
+  out.push_back(c);  // varlen, an empty sequence
+  c.page_size = 16;  // paged K/V in the varlen forward (vLLM's call with an FP8 cache)
+  c.seqused_k = true;
+  out.push_back(c);
+  return out;
+}
+
+class Fp8Forward : public testing::TestWithParam<int> {};
+
+TEST_P(Fp8Forward, MatchesTheDequantisedReference) {
+  const AttnConfig cfg = fp8_cases()[size_t(GetParam())];
+  SCOPED_TRACE(cfg.name());
+  const AttnInputs in = make_inputs(cfg, 8100 + uint64_t(GetParam()));
+  const AttnInputs deq = dequantised(in);
+  const FwdOutputs ref = reference_forward(deq);
+  AttnInputs naive_in = deq;
+  naive_in.cfg.dtype = DType::bf16;  // the low-precision baseline: a naive bf16 computation
+  const NaiveOutputs naive = naive_lowp(naive_in, false);
+  int ran = 0;
+  for (const flashattn::BackendInfo& b : flashattn::list_backends()) {
+    if (b.device == flashattn::DeviceType::cuda && !cuda_available()) continue;
+    SCOPED_TRACE(b.name);
+    FwdOutputs got;
+    try {
+      got = run_forward(in, b.name, device_of(b.name));
+    } catch (const flashattn::Error& e) {
+      ASSERT_EQ(e.status(), flashattn::Status::unsupported) << e.what();
+      EXPECT_NE(std::string(e.what()).find("fp8_e4m3"), std::string::npos) << e.what();
+      continue;
+    }
+    ASSERT_EQ(got.out.dtype(), DType::bf16);
+    expect_forward_within_criterion(got, ref, naive, DType::bf16);
+    ++ran;
+  }
+  EXPECT_GE(ran, 1) << "no backend ran the FP8 call (cpu_reference must)";
+  // And the default choice runs it.
+  const FwdOutputs chosen = run_forward(in, "", flashattn::Device::cpu());
+  expect_forward_within_criterion(chosen, ref, naive, DType::bf16);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, Fp8Forward, testing::Range(0, int(fp8_cases().size())),
+                         [](const testing::TestParamInfo<int>& info) {
+                           return fp8_cases()[size_t(info.param)].name();
+                         });
+
+// float8 e4m3fn conversions: every finite code round-trips; halfway values round to the even code; values
+// beyond 448 saturate; NaN stays NaN.
+TEST(Fp8Convert, RoundTripsRoundsToEvenAndSaturates) {
+  using flashattn::detail::e4m3_to_float;
+  using flashattn::detail::float_to_e4m3;
+  for (int b = 0; b < 256; ++b) {
+    const float f = e4m3_to_float(uint8_t(b));
+    if ((b & 0x7F) == 0x7F) {
+      EXPECT_TRUE(std::isnan(f)) << b;
+      continue;
+    }
+    EXPECT_EQ(float_to_e4m3(f), uint8_t(b)) << b << " " << f;
+  }
+  EXPECT_EQ(e4m3_to_float(0x7E), 448.0f);
+  EXPECT_EQ(e4m3_to_float(0x01), 0.001953125f);  // 2^-9, the smallest subnormal
+  for (int b = 0; b < 0x7E; ++b) {
+    const float lo = e4m3_to_float(uint8_t(b)), hi = e4m3_to_float(uint8_t(b + 1));
+    EXPECT_EQ(float_to_e4m3(0.5f * (lo + hi)), uint8_t(b % 2 == 0 ? b : b + 1)) << b;
+    EXPECT_EQ(float_to_e4m3(-0.5f * (lo + hi)), uint8_t(0x80 | (b % 2 == 0 ? b : b + 1))) << b;
+  }
+  EXPECT_EQ(float_to_e4m3(1000.0f), 0x7E);
+  EXPECT_EQ(float_to_e4m3(-INFINITY), 0xFE);
+  EXPECT_EQ(float_to_e4m3(NAN) & 0x7F, 0x7F);
+}
+
+// Wrong FP8 calls are refused with the argument named, before anything is written.
+TEST(Fp8Errors, NameTheArgument) {
+  AttnConfig cfg = fp8_cases()[0];
+  const AttnInputs in = make_inputs(cfg, 1);
+  const auto expect_error = [&](const std::function<void(flashattn::FwdParams&)>& edit, const char* name) {
+    SCOPED_TRACE(name);
+    HostTensor out(DType::bf16, in.q.shape());
+    HostTensor q = in.q, k = in.k, v = in.v, qd = in.q_descale, kd = in.k_descale, vd = in.v_descale;
+    flashattn::FwdParams p;
+    fill_call_options(p, in);
+    p.q = q.view();
+    p.k = k.view();
+    p.v = v.view();
+    p.out = out.view();
+    p.q_descale = qd.view();
+    p.k_descale = kd.view();
+    p.v_descale = vd.view();
+    p.options.backend = "cpu_reference";
+    edit(p);
+    try {
+      flashattn::forward(p);
+      ADD_FAILURE() << "no error";
+    } catch (const flashattn::Error& e) {
+      EXPECT_EQ(e.status(), flashattn::Status::invalid_argument) << e.what();
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+    }
+  };
+  HostTensor out16(DType::f16, in.q.shape()), kbf(DType::bf16, in.k.shape()), small(DType::f32, {1, 1}),
+      qd16(DType::f16, {cfg.batch, cfg.heads_k});
+  expect_error([&](flashattn::FwdParams& p) { p.out = out16.view(); }, "out");              // FP8 writes bf16
+  expect_error([&](flashattn::FwdParams& p) { p.k = kbf.view(); }, "k");                    // all three in fp8
+  expect_error([&](flashattn::FwdParams& p) { p.q_descale = small.view(); }, "q_descale");  // (batch, heads_k)
+  expect_error([&](flashattn::FwdParams& p) { p.v_descale = qd16.view(); }, "v_descale");   // fp32
+  expect_error([&](flashattn::FwdParams& p) { p.dropout_p = 0.1f; }, "dropout_p");
+  // Descale factors with 16-bit inputs.
+  const AttnInputs bf = make_inputs(AttnConfig{}, 2);
+  HostTensor bq = bf.q.as(DType::bf16), bk = bf.k.as(DType::bf16), bv = bf.v.as(DType::bf16),
+             bout(DType::bf16, bf.q.shape()), bqd(DType::f32, {bf.cfg.batch, bf.cfg.heads_k});
+  flashattn::FwdParams p;
+  fill_call_options(p, bf);
+  p.q = bq.view();
+  p.k = bk.view();
+  p.v = bv.view();
+  p.out = bout.view();
+  p.q_descale = bqd.view();
+  EXPECT_THROW(
+      {
+        try {
+          flashattn::forward(p);
+        } catch (const flashattn::Error& e) {
+          EXPECT_NE(std::string(e.what()).find("q_descale"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      flashattn::Error);
+}
+
+// FP8 has no backward: refused, naming q.
+TEST(Fp8Errors, BackwardIsRefused) {
+  const AttnConfig cfg = fp8_cases()[0];
+  const AttnInputs in = make_inputs(cfg, 3);
+  const FwdOutputs fwd = run_forward(in, "cpu_reference", flashattn::Device::cpu());
+  try {
+    run_backward(in, fwd, "cpu_reference", flashattn::Device::cpu());
+    ADD_FAILURE() << "no error";
+  } catch (const flashattn::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("q:"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("no backward"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace fa_test
