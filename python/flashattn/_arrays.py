@@ -114,11 +114,13 @@ def empty_like(x):
 def empty_contiguous(x):
     """An uninitialised C-contiguous array with the shape, dtype and device of `x`, whatever x's strides: an
     attention output, which flash-attn allocates as a fresh (batch, seqlen, heads, dim) tensor, so that
-    out.view(batch, seqlen, -1) works when q is a transposed view."""
+    out.view(batch, seqlen, -1) works when q is a transposed view. FP8 attention (x float8 e4m3) writes
+    bfloat16."""
     if is_torch(x):
         import torch
 
-        return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        dtype = torch.bfloat16 if x.dtype == getattr(torch, "float8_e4m3fn", None) else x.dtype
+        return torch.empty(x.shape, dtype=dtype, device=x.device)
     import numpy as np
 
     return np.empty(x.shape, dtype=x.dtype)

@@ -89,6 +89,9 @@ def forward(
     backend=None,
     block_table=None,
     seqused_k=None,
+    q_descale=None,
+    k_descale=None,
+    v_descale=None,
 ):
     """Attention forward without autograd. Returns (out, softmax_lse, rng_state).
 
@@ -100,6 +103,9 @@ def forward(
     `backend` forces a backend by name (see list_backends()); None lets the dispatcher choose.
     Varlen only: block_table int32 (batch, max_blocks) reads k/v as a paged cache (num_blocks, page_size,
     heads_k, head_dim); seqused_k int32 (batch) gives each sequence's key count (flash-attn / vLLM).
+    FP8 (flash-attn 3's names): q, k, v torch.float8_e4m3fn, optional float32 (batch, heads_k) q_descale,
+    k_descale, v_descale (the factors that turn stored values into real ones; q's per kv head); out is
+    bfloat16. No dropout and no backward with FP8.
     """
     q, k, v = (last_dim_contiguous(x) for x in (q, k, v))
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
@@ -123,6 +129,9 @@ def forward(
         stream=stream_of(q),
         block_table=native(block_table),
         seqused_k=native(seqused_k),
+        q_descale=native(q_descale),
+        k_descale=native(k_descale),
+        v_descale=native(v_descale),
         **_options(softmax_scale, causal, window_size, softcap, alibi_slopes, backend),
     )
     return out, lse, (seed, offset)

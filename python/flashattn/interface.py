@@ -90,6 +90,26 @@ def _paged_attention(
     )
 
 
+def _fp8_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
+                   causal, window_size, softcap, alibi_slopes, descales, block_table=None, seqused_k=None):
+    """FP8 attention (q, k, v float8_e4m3fn; flash-attn 3's q/k/v_descale): forward only, out bfloat16. It
+    has no backward, so it is the raw op, outside autograd."""
+    q_descale, k_descale, v_descale = descales
+    out, lse, _ = _ops.forward(
+        q, k, v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+        max_seqlen_k=max_seqlen_k, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
+        window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, block_table=block_table,
+        seqused_k=seqused_k, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
+    )
+    return out, lse
+
+
+def _is_fp8(q, descales):
+    """Whether a call is FP8 attention: float8 inputs, or descale factors given (which the library then
+    refuses for other dtypes, naming the argument)."""
+    return "float8" in str(getattr(q, "dtype", "")) or any(d is not None for d in descales)
+
+
 def _unpack(packed, dim, count, name):
     """The `count` views of a packed array along `dim` (q, k, v of qkv; k, v of kv). torch's unbind makes
     them in one call (~2 us against ~5 for three indexings); numpy arrays are indexed."""
@@ -118,13 +138,26 @@ def flash_attn_func(
     alibi_slopes=None,
     deterministic=False,
     return_attn_probs=False,
+    *,
+    q_descale=None,
+    k_descale=None,
+    v_descale=None,
 ):
     """Attention of q (batch, seqlen_q, heads, head_dim) over k, v (batch, seqlen_k, heads_k, head_dim).
 
     softmax_scale defaults to 1 / sqrt(head_dim); dropout_p should be 0.0 in evaluation. Returns out
     (batch, seqlen_q, heads, head_dim), or (out, softmax_lse (batch, heads, seqlen_q), None) with
     return_attn_probs=True. See the module docstring for masks, GQA, softcap and ALiBi.
+    FP8 (flash-attn 3's keywords): q, k, v torch.float8_e4m3fn with optional float32 (batch, heads_k)
+    q_descale, k_descale, v_descale; out is bfloat16; forward only (no gradient, no dropout).
     """
+    descales = (q_descale, k_descale, v_descale)
+    if _is_fp8(q, descales):
+        out, lse = _fp8_attention(
+            q, k, v, None, None, None, None, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+            descales,
+        )
+        return _result(out, lse, return_attn_probs)
     out, lse = _attention(
         q, k, v, None, None, None, None, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
         deterministic,
@@ -189,6 +222,10 @@ def flash_attn_varlen_func(
     return_attn_probs=False,
     block_table=None,
     seqused_k=None,
+    *,
+    q_descale=None,
+    k_descale=None,
+    v_descale=None,
 ):
     """Attention over sequences of different lengths packed without padding.
 
@@ -199,7 +236,15 @@ def flash_attn_varlen_func(
     key j of sequence b in block block_table[b, j // page_size], any page_size; cu_seqlens_k then only
     gives the key counts. seqused_k int32 (batch) (flash-attn's C++ varlen_fwd and vLLM's argument, a
     keyword here): sequence b attends to its first seqused_k[b] keys. Both are forward only (no gradient).
+    FP8: as flash_attn_func's q_descale, k_descale, v_descale (paged FP8 caches included).
     """
+    descales = (q_descale, k_descale, v_descale)
+    if _is_fp8(q, descales):
+        out, lse = _fp8_attention(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
+            window_size, softcap, alibi_slopes, descales, block_table, seqused_k,
+        )
+        return _result(out, lse, return_attn_probs)
     if block_table is not None or seqused_k is not None:
         out, lse = _paged_attention(
             q, k, v, cu_seqlens_q, cu_seqlens_k, block_table, seqused_k, max_seqlen_q, max_seqlen_k, dropout_p,

@@ -37,7 +37,7 @@ std::string dlpack_dtype_name(nb::dlpack::dtype dt) {
 const char* accepted_dtypes(const char* name) {
   static constexpr const char* kIndexArgs[] = {"cu_seqlens_q",  "cu_seqlens_k", "cache_seqlens", "cache_batch_idx",
                                                "cache_leftpad", "block_table",  "seqused_k"};
-  static constexpr const char* kF32Args[] = {"softmax_lse", "alibi_slopes"};
+  static constexpr const char* kF32Args[] = {"softmax_lse", "alibi_slopes", "q_descale", "k_descale", "v_descale"};
   const std::string_view n(name);
   for (const char* a : kIndexArgs)
     if (n == a) return "dtype i32";
@@ -48,8 +48,7 @@ const char* accepted_dtypes(const char* name) {
 
 DType to_dtype(nb::dlpack::dtype dt, const char* function, const char* name) {
   DType known;
-  if (!dlpack_dtype(dt, known))
-    fail(function, name, accepted_dtypes(name), dlpack_dtype_name(dt));
+  if (!dlpack_dtype(dt, known)) fail(function, name, accepted_dtypes(name), dlpack_dtype_name(dt));
   return known;
 }
 

@@ -21,7 +21,7 @@ nb::object fwd_entry(InArray q, InArray k, InArray v, OutArray out, OutArray sof
                      std::optional<float> softmax_scale, bool causal, int window_left, int window_right,
                      InArray alibi_slopes, float softcap, float dropout_p, uint64_t seed, uint64_t offset,
                      const std::string& backend, std::optional<uintptr_t> stream, InArray block_table,
-                     InArray seqused_k) {
+                     InArray seqused_k, InArray q_descale, InArray k_descale, InArray v_descale) {
   FwdParams p;
   p.q = to_tensor(q, kFwd, "q");
   p.k = to_tensor(k, kFwd, "k");
@@ -37,6 +37,9 @@ nb::object fwd_entry(InArray q, InArray k, InArray v, OutArray out, OutArray sof
   p.offset = offset;
   p.block_table = to_tensor(block_table, kFwd, "block_table");
   p.seqused_k = to_tensor(seqused_k, kFwd, "seqused_k");
+  p.q_descale = to_tensor(q_descale, kFwd, "q_descale");
+  p.k_descale = to_tensor(k_descale, kFwd, "k_descale");
+  p.v_descale = to_tensor(v_descale, kFwd, "v_descale");
   return finish<Action>(p, resolve_stream(stream, q, p.q), std::move(outputs));
 }
 
@@ -76,7 +79,8 @@ void def_fwd(nb::module_& m, const char* name, Func f, const char* doc) {
         "max_seqlen_k"_a = 0, "softmax_scale"_a.none() = nb::none(), "causal"_a = false, "window_left"_a = -1,
         "window_right"_a = -1, "alibi_slopes"_a.none() = nb::none(), "softcap"_a = 0.0f, "dropout_p"_a = 0.0f,
         "seed"_a = 0, "offset"_a = 0, "backend"_a = "", "stream"_a.none() = nb::none(),
-        "block_table"_a.none() = nb::none(), "seqused_k"_a.none() = nb::none(), doc);
+        "block_table"_a.none() = nb::none(), "seqused_k"_a.none() = nb::none(), "q_descale"_a.none() = nb::none(),
+        "k_descale"_a.none() = nb::none(), "v_descale"_a.none() = nb::none(), doc);
 }
 
 template <typename Func>
@@ -95,7 +99,8 @@ void bind_attention(nb::module_& m) {
           "flashattn::forward: writes out (and softmax_lse when given) on `stream` (a cudaStream_t as int, 0 = "
           "default; None = the current stream of q's framework where it names one, else 0). Dense q (B, Sq, H, "
           "D), k/v (B, Sk, Hk, D); varlen (total, H, D) with cu_seqlens, "
-          "k/v paged (num_blocks, page_size, Hk, D) with block_table, and seqused_k. out=None allocates out and "
+          "k/v paged (num_blocks, page_size, Hk, D) with block_table, and seqused_k; FP8: q, k, v float8_e4m3fn "
+          "with optional fp32 (B, Hk) q/k/v_descale, out bf16. out=None allocates out and "
           "softmax_lse with q's framework (DLPack's exchange API: torch) and returns (out, softmax_lse).");
   def_fwd(m, "query_fwd", &fwd_entry<QueryCall>,
           "Validates fwd's arguments and returns each backend's answer (dicts); nothing is written, stream is unused.");

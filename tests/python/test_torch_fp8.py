@@ -1,0 +1,91 @@
+"""FP8 attention through the Python API (issue 32's semantics, flash-attn 3's argument names): q, k, v
+torch.float8_e4m3fn with optional float32 (batch, heads_k) q_descale, k_descale, v_descale; out bfloat16.
+Checked against the float64 numpy reference on the dequantised inputs (stored value x factor, computed here),
+on the CPU (cpu_reference runs FP8; the GPU kernels are a later step). Needs torch with float8_e4m3fn."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+if not hasattr(torch, "float8_e4m3fn"):
+    pytest.skip("this torch has no float8_e4m3fn", allow_module_level=True)
+
+from attention_reference import attention  # noqa: E402
+
+import flashattn  # noqa: E402
+
+
+def quantised(shape, gen):
+    return torch.randn(shape, generator=gen).to(torch.float8_e4m3fn)
+
+
+def dequantised(x, descale, seq_of_row=None):
+    """x (B, S, H, D) or varlen (T, H, D) float8 times descale (B, Hk) broadcast over its kv head, float64."""
+    values = x.to(torch.float64).numpy()
+    if descale is None:
+        return values
+    d = descale.to(torch.float64).numpy()
+    heads = values.shape[-2]
+    group = heads // d.shape[1]
+    per_head = np.repeat(d, group, axis=1)  # (B, H): head h uses kv head h // group
+    if seq_of_row is None:
+        return values * per_head[:, None, :, None]
+    return values * per_head[seq_of_row][:, :, None]
+
+
+def check(got, ref, lowp_ref):
+    """flash-attn's criterion with a naive bfloat16 computation as the low-precision baseline."""
+    assert got.dtype == torch.bfloat16
+    err = np.abs(got.to(torch.float64).numpy() - ref).max()
+    naive = np.abs(lowp_ref - ref).max()
+    bound = 2 * naive + 4 * 2.0**-8 * max(1.0, np.abs(ref).max())
+    assert err <= bound, (err, bound)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("with_descale", [True, False])
+def test_fp8_dense_matches_the_dequantised_reference(causal, with_descale):
+    gen = torch.Generator().manual_seed(3)
+    b, sq, sk, h, hk, d = 2, 19, 33, 8, 2, 64
+    q, k, v = quantised((b, sq, h, d), gen), quantised((b, sk, hk, d), gen), quantised((b, sk, hk, d), gen)
+    descales = [torch.rand((b, hk), generator=gen) * 1.75 + 0.25 if with_descale else None for _ in range(3)]
+    out = flashattn.flash_attn_func(q, k, v, causal=causal, q_descale=descales[0], k_descale=descales[1],
+                                    v_descale=descales[2])
+    qd, kd, vd = (dequantised(x, s) for x, s in zip((q, k, v), descales))
+    ref, _ = attention(qd, kd, vd, causal=causal)
+    lowp, _ = attention(*(torch.from_numpy(x).to(torch.bfloat16).to(torch.float64).numpy() for x in (qd, kd, vd)),
+                        causal=causal)
+    check(out, ref, lowp)
+
+
+def test_fp8_varlen_matches_the_dequantised_reference():
+    gen = torch.Generator().manual_seed(4)
+    lens_q, lens_k, h, hk, d = [5, 0, 17], [9, 4, 30], 4, 2, 128
+    cu_q = torch.tensor(np.concatenate([[0], np.cumsum(lens_q)]), dtype=torch.int32)
+    cu_k = torch.tensor(np.concatenate([[0], np.cumsum(lens_k)]), dtype=torch.int32)
+    q = quantised((sum(lens_q), h, d), gen)
+    k, v = quantised((sum(lens_k), hk, d), gen), quantised((sum(lens_k), hk, d), gen)
+    descales = [torch.rand((3, hk), generator=gen) + 0.5 for _ in range(3)]
+    out = flashattn.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=True,
+                                           q_descale=descales[0], k_descale=descales[1], v_descale=descales[2])
+    rows_q = np.repeat(np.arange(3), lens_q)
+    rows_k = np.repeat(np.arange(3), lens_k)
+    qd = dequantised(q, descales[0], rows_q)
+    kd, vd = dequantised(k, descales[1], rows_k), dequantised(v, descales[2], rows_k)
+    ref, _ = attention(qd, kd, vd, cu_seqlens_q=cu_q.numpy(), cu_seqlens_k=cu_k.numpy(), causal=True)
+    bf = [torch.from_numpy(x).to(torch.bfloat16).to(torch.float64).numpy() for x in (qd, kd, vd)]
+    lowp, _ = attention(*bf, cu_seqlens_q=cu_q.numpy(), cu_seqlens_k=cu_k.numpy(), causal=True)
+    check(out, ref, lowp)
+
+
+def test_fp8_misuse_names_the_argument():
+    gen = torch.Generator().manual_seed(5)
+    q = quantised((1, 4, 2, 64), gen)
+    k = v = quantised((1, 4, 2, 64), gen)
+    with pytest.raises(ValueError, match="q_descale"):
+        flashattn.flash_attn_func(q, k, v, q_descale=torch.ones(2, 2))  # (batch, heads_k) = (1, 2)
+    with pytest.raises(ValueError, match="dropout_p"):
+        flashattn.flash_attn_func(q, k, v, dropout_p=0.1)
+    with pytest.raises(ValueError, match="k_descale"):
+        qb = torch.randn(1, 4, 2, 64, dtype=torch.bfloat16)
+        flashattn.flash_attn_func(qb, qb, qb, k_descale=torch.ones(1, 2))  # factors need FP8 inputs
