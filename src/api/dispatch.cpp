@@ -82,8 +82,9 @@ void run_on(const Backend& b, const Problem& p, Stream stream) {
   run_padded(p, *copier, [&](const Problem& padded) { Direction<Problem>::run(b, padded, stream); });
 }
 
-// A backend's preference to leave a call it supports to the next one (Backend::defer_fwd).
+// A backend's preference to leave a call it supports to the next one (Backend::defer_fwd, defer_bwd).
 std::string defer_reason(const Backend& b, const FwdProblem& p) { return b.defer_fwd ? b.defer_fwd(p) : ""; }
+std::string defer_reason(const Backend& b, const BwdProblem& p) { return b.defer_bwd ? b.defer_bwd(p) : ""; }
 template <typename Problem>
 std::string defer_reason(const Backend&, const Problem&) {
   return {};

@@ -791,6 +791,19 @@ TEST(CudaSm90, BackwardVarlenWindowAndGqa) {
       }
 }
 
+// Until it has run on a GPU, the backward is opt-in: without FLASHATTN_ENABLE_SM90_BWD=1 the dispatcher
+// passes over it (cuda_sm80 runs the call), with a reason that says how to opt in (runs without a GPU).
+TEST(CudaSm90, BackwardIsOptInUntilVerified) {
+  const flashattn::detail::Backend& b = flashattn::detail::cuda_sm90_backend();
+  ASSERT_NE(b.defer_bwd, nullptr);
+  const char* env = std::getenv("FLASHATTN_ENABLE_SM90_BWD");
+  const std::string why = b.defer_bwd(flashattn::detail::BwdProblem{});
+  if (env != nullptr && std::string(env) == "1")
+    EXPECT_TRUE(why.empty()) << why;
+  else
+    EXPECT_NE(why.find("FLASHATTN_ENABLE_SM90_BWD=1"), std::string::npos) << why;
+}
+
 // The deterministic mode (the main kernel without dQ, then sm80's dQ kernel): within the criterion, and
 // dq, dk, dv bitwise equal from run to run, with GQA 4:1 (dK and dV summed over the group), causal and
 // not, at each bucket, varlen included.
