@@ -82,7 +82,9 @@ int64_t dim(const FuzzTensor& t, int d) { return t.present() && d < t.view().ndi
 
 // Magnitudes that bound each output and its rounding error. With L the largest |logit| the inputs allow,
 // fp32 logits are off by about eps32 * L; a softmax turns an absolute logit error delta into a relative
-// error of about delta in the probabilities, which then scales every output.
+// error of about delta in the probabilities, which then scales every output. With rotary, q and the
+// appended keys are rotated in the storage dtype (flash-attn's semantics: the rotated copies are stored),
+// which the fp64 oracle does not round: that adds up to 2 u L to the logit error (delta).
 struct Bounds {
   double u = kEps32, delta = 0, drop = 1;
   double q = 0, k = 0, v = 0, dout = 0, scale = 1;
@@ -119,6 +121,7 @@ Bounds bounds_of(const FuzzCall& c) {
   }
   const double logit = b.scale * b.q * b.k * b.dim + max_abs(c.tensors[kAlibi]) * (b.keys + b.rows);
   b.delta = 16 * kEps32 * (logit + 1);
+  if (kv && c.tensors[kRotaryCos].present()) b.delta += 2 * b.u * b.scale * b.q * b.k * b.dim;
   const float p = kv ? 0.0f : c.bwd.fwd.dropout_p;
   b.drop = p > 0 ? 1.0 / (1.0 - double(p)) : 1.0;
   return b;
