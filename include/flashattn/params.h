@@ -92,6 +92,11 @@ struct KVCacheParams {
   Tensor block_table;                 // int32 (B, max_blocks): paged cache
   Tensor rotary_cos, rotary_sin;
   bool rotary_interleaved = true;
+  // FP8 cache: k_cache and v_cache in fp8_e4m3 (both), q, k_new, v_new and out in f16/bf16/f32. Optional
+  // fp32 (B, Hk) factors, any strides (flash-attn 3's names): the real key at a cache position is the
+  // stored value x k_descale[b, hk] (v likewise); an appended row is stored as k_new / k_descale rounded
+  // to e4m3 (nearest even, saturating at +-448). Absent means 1. Only with an fp8_e4m3 cache.
+  Tensor k_descale, v_descale;
   AttentionOptions options;
   int num_splits = 0;  // split-KV hint for GPU decode kernels; 0 lets the backend choose
   // Where the call's GPU kernels get their scratch memory (split partials, q's rotated copy; docs/decode.md).

@@ -134,7 +134,9 @@ struct RotaryParams {
 };
 
 struct KVCacheProblem {
-  DType dtype = DType::f32;
+  DType dtype = DType::f32;        // of q, k_new, v_new and out
+  DType cache_dtype = DType::f32;  // of k_cache and v_cache: dtype, or fp8_e4m3 (then the descales apply)
+  DescaleView k_descale, v_descale;
   Device device{};
   int64_t batch = 0, heads = 0, heads_k = 0, head_dim = 0;
   int64_t seqlen_q = 0;

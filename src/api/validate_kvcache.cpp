@@ -138,6 +138,21 @@ void check_append_targets(const ArgChecker& c, const KVCacheParams& p, const KVC
   }
 }
 
+// A descale factor tensor of an FP8 cache: fp32 (batch, heads_k) on q's device, any strides.
+DescaleView cache_descale(const ArgChecker& c, const Tensor& t, const char* name, const KVCacheProblem& pr, bool fp8) {
+  DescaleView v;
+  if (!t.present()) return v;
+  if (!fp8) c.fail(name, "none (descale factors apply to an fp8_e4m3 cache only)", "a tensor");
+  c.tensor(t, name, 2, "(batch, heads_k)");
+  c.shape(t, name, {pr.batch, pr.heads_k}, "(batch, heads_k)");
+  c.dtype(t, name, DType::f32);
+  c.device(t, name, pr.device, "q");
+  v.ptr = static_cast<const float*>(t.data);
+  v.batch_stride = view_stride(t, 0);
+  v.head_stride = view_stride(t, 1);
+  return v;
+}
+
 }  // namespace
 
 KVCacheProblem make_kvcache_problem(const KVCacheParams& p) {
@@ -159,8 +174,10 @@ KVCacheProblem make_kvcache_problem(const KVCacheParams& p) {
       paged ? "(num_blocks, page_size, heads_k, head_dim)" : "(batch_cache, seqlen_cache, heads_k, head_dim)";
   c.tensor(p.k_cache, "k_cache", 4, cache_dims);
   c.tensor(p.v_cache, "v_cache", 4, cache_dims);
-  c.same_dtype(p.k_cache, "k_cache", pr.dtype, "q");
-  c.same_dtype(p.v_cache, "v_cache", pr.dtype, "q");
+  // The cache holds q's dtype, or float8 e4m3 (an FP8 KV cache) for both k and v.
+  pr.cache_dtype = p.k_cache.dtype == DType::fp8_e4m3 ? DType::fp8_e4m3 : pr.dtype;
+  c.same_dtype(p.k_cache, "k_cache", pr.cache_dtype, pr.cache_dtype == pr.dtype ? "q" : "k_cache");
+  c.same_dtype(p.v_cache, "v_cache", pr.cache_dtype, pr.cache_dtype == pr.dtype ? "q" : "k_cache");
   c.device(p.k_cache, "k_cache", pr.device, "q");
   c.device(p.v_cache, "v_cache", pr.device, "q");
   pr.heads_k = p.k_cache.shape[2];
@@ -259,6 +276,10 @@ KVCacheProblem make_kvcache_problem(const KVCacheParams& p) {
     r.sin_row_stride = view_stride(p.rotary_sin, 0);
     r.interleaved = p.rotary_interleaved;
   }
+
+  const bool fp8 = pr.cache_dtype == DType::fp8_e4m3;
+  pr.k_descale = cache_descale(c, p.k_descale, "k_descale", pr, fp8);
+  pr.v_descale = cache_descale(c, p.v_descale, "v_descale", pr, fp8);
 
   pr.score = make_score_params(c, p.options, pr.batch, pr.heads, pr.head_dim, pr.device);
   if (p.num_splits < 0) c.fail("num_splits", "a value >= 0 (0 chooses)", std::to_string(p.num_splits));

@@ -15,6 +15,7 @@
 #include "attention_case.h"
 #include "common/convert.h"
 #include "criterion.h"
+#include "kvcache_case.h"
 #include "naive_lowp.h"
 #include "outputs_criterion.h"
 
@@ -232,6 +233,139 @@ TEST(Fp8Errors, BackwardIsRefused) {
     EXPECT_NE(std::string(e.what()).find("q:"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("no backward"), std::string::npos) << e.what();
   }
+}
+
+// An FP8 KV cache (k_cache, v_cache e4m3 with k/v_descale; q, the new rows and out bf16), against the same
+// call with bf16 caches that hold the dequantised values. The inputs are snapped to values that both
+// representations hold exactly (e4m3 codes times power-of-two factors, one per kv head), so the two calls
+// must agree bit for bit: outputs, LSE, and the caches after the append (the FP8 one dequantised). Contiguous
+// and paged caches, GQA 4:1, causal, three appended tokens.
+TEST(Fp8KVCache, MatchesTheDequantisedCacheBitwise) {
+  using flashattn::detail::e4m3_to_float;
+  using flashattn::detail::float_to_e4m3;
+  for (int64_t page : {0, 16}) {
+    KVConfig c;
+    c.dtype = DType::bf16;
+    c.batch = 2;
+    c.heads = 8;
+    c.heads_k = 2;
+    c.seqlen_q = 2;
+    c.capacity = 48;
+    c.page_size = page;
+    c.cache_seqlens = {10, 29};
+    c.seqlen_new = 3;
+    c.causal = true;
+    SCOPED_TRACE(c.name());
+    KVInputs in = make_kv_inputs(c, 8800 + uint64_t(page));
+    const double factors[] = {0.5, 2.0};  // per kv head (the same for every sequence: pages need no owner)
+    const auto snap = [&](HostTensor& t, HostTensor* codes) {
+      const int64_t D = c.head_dim, Hk = c.heads_k;
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        const double d = factors[(i / D) % Hk];
+        const uint8_t code = float_to_e4m3(float(t.get(i) / d));
+        t.set(i, double(e4m3_to_float(code)) * d);
+        if (codes) codes->set(i, double(e4m3_to_float(code)));
+      }
+    };
+    HostTensor k8(DType::fp8_e4m3, in.k_cache.shape()), v8(DType::fp8_e4m3, in.v_cache.shape());
+    snap(in.k_cache, &k8);
+    snap(in.v_cache, &v8);
+    snap(in.k_new, nullptr);
+    snap(in.v_new, nullptr);
+    const KVOutputs ref = run_kvcache(in, "cpu_reference", flashattn::Device::cpu());
+    KVInputs in8 = in;
+    in8.k_cache = k8;
+    in8.v_cache = v8;
+    HostTensor kd(DType::f32, {c.batch, c.heads_k}), vd(DType::f32, {c.batch, c.heads_k});
+    for (int64_t i = 0; i < kd.numel(); ++i) kd.set(i, factors[i % c.heads_k]), vd.set(i, factors[i % c.heads_k]);
+    const auto with_descales = [&](const std::string& backend) {
+      return run_kvcache_via(in8, backend, flashattn::Device::cpu(), [&](const flashattn::KVCacheParams& p) {
+        flashattn::KVCacheParams q = p;
+        q.k_descale = kd.view();
+        q.v_descale = vd.view();
+        flashattn::forward_kvcache(q);
+      });
+    };
+    const KVOutputs got = with_descales("cpu_reference");
+    ASSERT_EQ(got.out.nbytes(), ref.out.nbytes());
+    EXPECT_EQ(std::memcmp(got.out.data(), ref.out.data(), ref.out.nbytes()), 0);
+    EXPECT_EQ(std::memcmp(got.lse.data(), ref.lse.data(), ref.lse.nbytes()), 0);
+    for (const auto& [cache8, cache16] : {std::pair{&got.k_cache, &ref.k_cache}, std::pair{&got.v_cache, &ref.v_cache}})
+      for (int64_t i = 0; i < cache16->numel(); ++i)
+        ASSERT_EQ(cache8->get(i) * factors[(i / c.head_dim) % c.heads_k], cache16->get(i)) << i;
+    // The default choice runs it (cpu_reference); cpu_flash declines, naming the cache.
+    const KVOutputs chosen = with_descales("");
+    EXPECT_EQ(std::memcmp(chosen.out.data(), ref.out.data(), ref.out.nbytes()), 0);
+    try {
+      with_descales("cpu_flash");
+      ADD_FAILURE() << "cpu_flash ran an FP8 cache";
+    } catch (const flashattn::Error& e) {
+      EXPECT_EQ(e.status(), flashattn::Status::unsupported) << e.what();
+      EXPECT_NE(std::string(e.what()).find("KV cache"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// The append rounds each new value over its factor to the nearest e4m3 code (ties to even, saturating).
+TEST(Fp8KVCache, AppendQuantisesOverTheFactor) {
+  KVConfig c;
+  c.dtype = DType::f32;
+  c.batch = 1;
+  c.heads = 2;
+  c.heads_k = 1;
+  c.capacity = 8;
+  c.cache_seqlens = {2};
+  c.seqlen_new = 1;
+  KVInputs in = make_kv_inputs(c, 9);
+  const float values[] = {0.3f, -1000.0f, 0.0009765625f, 3.3f};  // in range, saturating, subnormal, rounding
+  for (int64_t d = 0; d < c.head_dim; ++d) in.k_new.set(d, values[d % 4]);
+  in.k_cache = HostTensor(DType::fp8_e4m3, in.k_cache.shape());
+  in.v_cache = HostTensor(DType::fp8_e4m3, in.v_cache.shape());
+  HostTensor kd(DType::f32, {1, 1});
+  kd.set(0, 0.75);
+  const KVOutputs got =
+      run_kvcache_via(in, "cpu_reference", flashattn::Device::cpu(), [&](const flashattn::KVCacheParams& p) {
+        flashattn::KVCacheParams q = p;
+        q.k_descale = kd.view();
+        flashattn::forward_kvcache(q);
+      });
+  for (int64_t d = 0; d < c.head_dim; ++d) {
+    const uint8_t want = flashattn::detail::float_to_e4m3(values[d % 4] / 0.75f);
+    EXPECT_EQ(static_cast<const uint8_t*>(got.k_cache.data())[2 * c.head_dim + d], want) << d;
+  }
+}
+
+// FP8 cache misuse: both caches e4m3, factors only with an e4m3 cache, (batch, heads_k) fp32.
+TEST(Fp8KVCache, MisuseNamesTheArgument) {
+  KVConfig c;
+  c.dtype = DType::bf16;
+  c.cache_seqlens = {3, 4, 5};
+  const KVInputs in = make_kv_inputs(c, 10);
+  HostTensor k8(DType::fp8_e4m3, in.k_cache.shape()), v8(DType::fp8_e4m3, in.v_cache.shape()),
+      good(DType::f32, {c.batch, c.heads_k}), wrong(DType::f32, {c.batch, c.heads});
+  const auto expect_error = [&](const std::function<void(flashattn::KVCacheParams&)>& edit, const char* name) {
+    SCOPED_TRACE(name);
+    try {
+      run_kvcache_via(in, "cpu_reference", flashattn::Device::cpu(), [&](const flashattn::KVCacheParams& p) {
+        flashattn::KVCacheParams q = p;
+        edit(q);
+        flashattn::forward_kvcache(q);
+      });
+      ADD_FAILURE() << "no error";
+    } catch (const flashattn::Error& e) {
+      EXPECT_EQ(e.status(), flashattn::Status::invalid_argument) << e.what();
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+    }
+  };
+  expect_error([&](flashattn::KVCacheParams& p) { p.k_cache = k8.view(); }, "v_cache");        // k e4m3, v bf16
+  expect_error([&](flashattn::KVCacheParams& p) { p.k_descale = good.view(); }, "k_descale");  // bf16 cache
+  expect_error(
+      [&](flashattn::KVCacheParams& p) {
+        p.k_cache = k8.view();
+        p.v_cache = v8.view();
+        p.v_descale = wrong.view();
+      },
+      "v_descale");
 }
 
 }  // namespace

@@ -20,7 +20,11 @@ std::string check_common(DType dtype, int64_t head_dim) {
 
 std::string supports_fwd(const FwdProblem& p) { return check_common(p.dtype, p.head_dim); }
 std::string supports_bwd(const BwdProblem& p) { return check_common(p.dtype, p.head_dim); }
-std::string supports_kvcache(const KVCacheProblem& p) { return check_common(p.dtype, p.head_dim); }
+std::string supports_kvcache(const KVCacheProblem& p) {
+  if (p.cache_dtype != p.dtype)
+    return std::string("a ") + dtype_name(p.cache_dtype) + " KV cache (FP8 caches not yet implemented)";
+  return check_common(p.dtype, p.head_dim);
+}
 std::string isa() { return cpu_flash::active_isa().name; }
 
 }  // namespace

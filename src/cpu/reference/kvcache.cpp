@@ -1,4 +1,5 @@
-// forward_kvcache of the reference: append (with rotary) into the cache, then attend in fp64.
+// forward_kvcache of the reference: append (with rotary) into the cache, then attend in fp64. An FP8 cache
+// (KVCacheProblem::cache_dtype) is read as stored value x factor and written as real value / factor.
 
 #include "common/kvcache.h"
 
@@ -37,9 +38,11 @@ void append_new_tokens(const KVCacheProblem& p) {
       if (p.rotary.cos) rotate(p.rotary, p.dtype, pos, &k[t * D]);
       const int64_t ko = cache_offset(p.cache, s, b, pos, hk, false);
       const int64_t vo = cache_offset(p.cache, s, b, pos, hk, true);
+      // An FP8 cache stores the real value over its factor (common/convert.h's e4m3 rounding).
+      const double kd = p.k_descale.at(b, hk), vd = p.v_descale.at(b, hk);
       for (int64_t d = 0; d < D; ++d) {
-        store_float(p.cache.k, ko + d, p.dtype, float(k[t * D + d]));
-        store_float(p.cache.v, vo + d, p.dtype, float(v[t * D + d]));
+        store_float(p.cache.k, ko + d, p.cache_dtype, float(k[t * D + d] / kd));
+        store_float(p.cache.v, vo + d, p.cache_dtype, float(v[t * D + d] / vd));
       }
     }
   });
@@ -61,13 +64,14 @@ void forward_kvcache(const KVCacheProblem& p, Stream) {
       for (int64_t i = 0; i < in.sq; ++i) rotate(p.rotary, p.dtype, rotary_q_position(p, s, i), &in.q[i * D]);
     in.k.resize(size_t(in.sk * D));
     in.v.resize(size_t(in.sk * D));
+    const double kd = p.k_descale.at(b, h / group), vd = p.v_descale.at(b, h / group);  // 1 unless FP8
     for (int64_t j = 0; j < in.sk; ++j) {
       const int64_t pos = s.leftpad + j;
       const int64_t ko = cache_offset(p.cache, s, b, pos, h / group, false);
       const int64_t vo = cache_offset(p.cache, s, b, pos, h / group, true);
       for (int64_t d = 0; d < D; ++d) {
-        in.k[j * D + d] = load_float(p.cache.k, ko + d, p.dtype);
-        in.v[j * D + d] = load_float(p.cache.v, vo + d, p.dtype);
+        in.k[j * D + d] = load_float(p.cache.k, ko + d, p.cache_dtype) * kd;
+        in.v[j * D + d] = load_float(p.cache.v, vo + d, p.cache_dtype) * vd;
       }
     }
     std::vector<double> out, lse;

@@ -129,6 +129,8 @@ RowShape call_shape(const KVCacheProblem& p, const DeviceFacts& facts) {
 std::string supports(const KVCacheProblem& p) {
   if (p.dtype != DType::f16 && p.dtype != DType::bf16)
     return std::string("dtype ") + dtype_name(p.dtype) + " (the tensor-core decode kernels take f16 and bf16)";
+  if (p.cache_dtype != p.dtype)
+    return std::string("a ") + dtype_name(p.cache_dtype) + " KV cache (FP8 caches not yet implemented)";
   if (p.head_dim % 8 != 0 || p.head_dim > 256)
     return "head_dim " + std::to_string(p.head_dim) + " (multiples of 8 up to 256)";
   const CacheView& c = p.cache;
