@@ -75,4 +75,19 @@ RowsView rows_view(const Tensor& t) {
   return r;
 }
 
+DescaleView descale_view(const ArgChecker& c, const Tensor& t, const char* name, int64_t batch, int64_t heads_k,
+                         Device device, bool allowed, const char* allowed_with) {
+  DescaleView v;
+  if (!t.present()) return v;
+  if (!allowed) c.fail(name, std::string("none (descale factors apply to ") + allowed_with + " only)", "a tensor");
+  c.tensor(t, name, 2, "(batch, heads_k)");
+  c.shape(t, name, {batch, heads_k}, "(batch, heads_k)");
+  c.dtype(t, name, DType::f32);
+  c.device(t, name, device, "q");
+  v.ptr = static_cast<const float*>(t.data);
+  v.batch_stride = view_stride(t, 0);
+  v.head_stride = view_stride(t, 1);
+  return v;
+}
+
 }  // namespace flashattn::detail

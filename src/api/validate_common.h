@@ -28,4 +28,9 @@ int64_t view_stride(const Tensor& t, int dim);
 // A (rows, heads, dim) view of a 4-dim dense (B, S, H, D) or 3-dim varlen (total, H, D) tensor.
 RowsView rows_view(const Tensor& t);
 
+// An FP8 descale factor tensor (absent: factor 1): fp32 (batch, heads_k) on `device`, any strides; refused
+// unless `allowed` (the call has FP8 data), saying it applies to `allowed_with` only.
+DescaleView descale_view(const ArgChecker& c, const Tensor& t, const char* name, int64_t batch, int64_t heads_k,
+                         Device device, bool allowed, const char* allowed_with);
+
 }  // namespace flashattn::detail

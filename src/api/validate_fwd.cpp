@@ -30,21 +30,6 @@ void check_cu_seqlens_values(const ArgChecker& c, const Tensor& cu, const char* 
            std::to_string(v[n - 1]));
 }
 
-// An FP8 descale factor tensor: fp32 (batch, heads_k) on q's device, any strides; only with fp8_e4m3 inputs.
-DescaleView descale_view(const ArgChecker& c, const Tensor& t, const char* name, const FwdProblem& pr, bool fp8) {
-  DescaleView v;
-  if (!t.present()) return v;
-  if (!fp8) c.fail(name, "none (descale factors apply to fp8_e4m3 inputs only)", "a tensor");
-  c.tensor(t, name, 2, "(batch, heads_k)");
-  c.shape(t, name, {pr.batch, pr.heads_k}, "(batch, heads_k)");
-  c.dtype(t, name, DType::f32);
-  c.device(t, name, pr.device, "q");
-  v.ptr = static_cast<const float*>(t.data);
-  v.batch_stride = view_stride(t, 0);
-  v.head_stride = view_stride(t, 1);
-  return v;
-}
-
 }  // namespace
 
 FwdProblem make_fwd_core(const ArgChecker& c, const FwdParams& p) {
@@ -139,9 +124,10 @@ FwdProblem make_fwd_core(const ArgChecker& c, const FwdParams& p) {
   pr.dropout = DropoutParams{p.dropout_p, p.seed, p.offset};
   if (fp8 && p.dropout_p > 0.0f)
     c.fail("dropout_p", "0 with fp8_e4m3 inputs (FP8 attention has no dropout)", std::to_string(p.dropout_p));
-  pr.q_descale = descale_view(c, p.q_descale, "q_descale", pr, fp8);
-  pr.k_descale = descale_view(c, p.k_descale, "k_descale", pr, fp8);
-  pr.v_descale = descale_view(c, p.v_descale, "v_descale", pr, fp8);
+  const char* only_with = "fp8_e4m3 inputs";
+  pr.q_descale = descale_view(c, p.q_descale, "q_descale", pr.batch, pr.heads_k, pr.device, fp8, only_with);
+  pr.k_descale = descale_view(c, p.k_descale, "k_descale", pr.batch, pr.heads_k, pr.device, fp8, only_with);
+  pr.v_descale = descale_view(c, p.v_descale, "v_descale", pr.batch, pr.heads_k, pr.device, fp8, only_with);
   return pr;
 }
 

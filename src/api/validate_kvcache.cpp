@@ -138,21 +138,6 @@ void check_append_targets(const ArgChecker& c, const KVCacheParams& p, const KVC
   }
 }
 
-// A descale factor tensor of an FP8 cache: fp32 (batch, heads_k) on q's device, any strides.
-DescaleView cache_descale(const ArgChecker& c, const Tensor& t, const char* name, const KVCacheProblem& pr, bool fp8) {
-  DescaleView v;
-  if (!t.present()) return v;
-  if (!fp8) c.fail(name, "none (descale factors apply to an fp8_e4m3 cache only)", "a tensor");
-  c.tensor(t, name, 2, "(batch, heads_k)");
-  c.shape(t, name, {pr.batch, pr.heads_k}, "(batch, heads_k)");
-  c.dtype(t, name, DType::f32);
-  c.device(t, name, pr.device, "q");
-  v.ptr = static_cast<const float*>(t.data);
-  v.batch_stride = view_stride(t, 0);
-  v.head_stride = view_stride(t, 1);
-  return v;
-}
-
 }  // namespace
 
 KVCacheProblem make_kvcache_problem(const KVCacheParams& p) {
@@ -278,8 +263,9 @@ KVCacheProblem make_kvcache_problem(const KVCacheParams& p) {
   }
 
   const bool fp8 = pr.cache_dtype == DType::fp8_e4m3;
-  pr.k_descale = cache_descale(c, p.k_descale, "k_descale", pr, fp8);
-  pr.v_descale = cache_descale(c, p.v_descale, "v_descale", pr, fp8);
+  const char* only_with = "an fp8_e4m3 cache";
+  pr.k_descale = descale_view(c, p.k_descale, "k_descale", pr.batch, pr.heads_k, pr.device, fp8, only_with);
+  pr.v_descale = descale_view(c, p.v_descale, "v_descale", pr.batch, pr.heads_k, pr.device, fp8, only_with);
 
   pr.score = make_score_params(c, p.options, pr.batch, pr.heads, pr.head_dim, pr.device);
   if (p.num_splits < 0) c.fail("num_splits", "a value >= 0 (0 chooses)", std::to_string(p.num_splits));
