@@ -15,6 +15,8 @@ Semantics shared by every function:
     (flash-attn returns them for testing only; here that slot is None).
 """
 
+import sys
+
 from . import _ops
 from ._arrays import framework, torch_ops_for
 
@@ -106,8 +108,25 @@ def _fp8_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen
 
 def _is_fp8(q, descales):
     """Whether a call is FP8 attention: float8 inputs, or descale factors given (which the library then
-    refuses for other dtypes, naming the argument)."""
-    return "float8" in str(getattr(q, "dtype", "")) or any(d is not None for d in descales)
+    refuses for other dtypes, naming the argument). Paid on every call: attribute and identity checks only
+    (torch's float8 dtype is looked up once, and only where torch is already imported)."""
+    q_descale, k_descale, v_descale = descales
+    if q_descale is not None or k_descale is not None or v_descale is not None:
+        return True
+    return getattr(q, "dtype", None) is _torch_float8()
+
+
+_FLOAT8 = []
+
+
+def _torch_float8():
+    """torch.float8_e4m3fn, or None where torch is not imported or has no float8 (cached after torch is)."""
+    if not _FLOAT8:
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return None
+        _FLOAT8.append(getattr(torch, "float8_e4m3fn", None))
+    return _FLOAT8[0]
 
 
 def _unpack(packed, dim, count, name):
