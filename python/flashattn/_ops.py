@@ -239,9 +239,13 @@ def forward_kvcache(
     num_splits=0,
     backend=None,
     check_index_values=False,
+    k_descale=None,
+    v_descale=None,
 ):
     """flash_attn_with_kvcache without autograd; k_cache/v_cache are updated in place when k/v are given.
-    Returns (out, softmax_lse) with softmax_lse float32 (batch, heads, seqlen_q)."""
+    Returns (out, softmax_lse) with softmax_lse float32 (batch, heads, seqlen_q). An FP8 cache: k_cache and
+    v_cache float8_e4m3fn with optional float32 (batch, heads_k) k_descale / v_descale (stored value x factor
+    is the real value; appended rows are stored over their factor, rounded to e4m3)."""
     q, k, v = (last_dim_contiguous(x) for x in (q, k, v))
     seqlens, seqlens_scalar = _cache_seqlens_args(cache_seqlens)
     out = empty_contiguous(q)
@@ -266,6 +270,8 @@ def forward_kvcache(
         stream=stream_of(q),
         workspace_alloc=workspace_allocator(q),
         check_index_values=bool(check_index_values),
+        k_descale=native(k_descale),
+        v_descale=native(v_descale),
         **_options(softmax_scale, causal, window_size, softcap, alibi_slopes, backend),
     )
     return out, lse

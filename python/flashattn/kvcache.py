@@ -3,6 +3,7 @@ cache, optionally appending new keys/values (with rotary embedding) into the cac
 
 from . import _ops
 from ._arrays import framework, torch_ops_for
+from .interface import _torch_float8
 
 
 def flash_attn_with_kvcache(
@@ -27,6 +28,9 @@ def flash_attn_with_kvcache(
     return_softmax_lse=False,
     *,
     check_index_values=False,
+    q_descale=None,
+    k_descale=None,
+    v_descale=None,
 ):
     """Attention of q (batch, seqlen_q, heads, head_dim) over the cache.
 
@@ -44,7 +48,25 @@ def flash_attn_with_kvcache(
     on CUDA, validate cache_seqlens, block_table, cache_batch_idx and cache_leftpad on the device first and
     raise the named error (batch and value) instead of clamping them; a stream sync, refused during CUDA
     graph capture. CPU calls are always checked.
+    FP8 cache (flash-attn 3's names): k_cache and v_cache float8_e4m3fn, q, k, v 16/32-bit, optional float32
+    (batch, heads_k) k_descale / v_descale: stored value x factor is the real value, and appended rows are
+    stored over their factor rounded to e4m3 (nearest even, saturating at +-448). q_descale (for FP8 queries)
+    is not taken: q stays 16/32-bit here.
     """
+    if q_descale is not None:
+        raise ValueError("q_descale: flash_attn_with_kvcache takes 16/32-bit q (an FP8 cache has k_descale and "
+                         "v_descale); pass q unscaled and q_descale=None")
+    if k_descale is not None or v_descale is not None or getattr(k_cache, "dtype", None) is _torch_float8():
+        # The FP8 cache is the raw call: no gradient flows through a cache, and the registered torch ops do
+        # not take descales.
+        out, lse = _ops.forward_kvcache(
+            q, k_cache, v_cache, k, v, rotary_cos=rotary_cos, rotary_sin=rotary_sin, cache_seqlens=cache_seqlens,
+            cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad, block_table=block_table,
+            softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
+            rotary_interleaved=rotary_interleaved, alibi_slopes=alibi_slopes, num_splits=num_splits,
+            check_index_values=check_index_values, k_descale=k_descale, v_descale=v_descale,
+        )
+        return (out, lse) if return_softmax_lse else out
     torch_ops = torch_ops_for(q)
     if torch_ops is not None:
         out, lse = torch_ops.attention_kvcache(

@@ -23,7 +23,7 @@ nb::object kvcache_entry(InArray q, OutArray k_cache, OutArray v_cache, OutArray
                          InArray rotary_sin, bool rotary_interleaved, std::optional<float> softmax_scale, bool causal,
                          int window_left, int window_right, InArray alibi_slopes, float softcap, int num_splits,
                          const std::string& backend, std::optional<uintptr_t> stream, nb::object workspace_alloc,
-                         bool check_index_values) {
+                         bool check_index_values, InArray k_descale, InArray v_descale) {
   KVCacheParams p;
   p.q = to_tensor(q, kKV, "q");
   // workspace_alloc(bytes) -> an array on the call's device (torch.empty on the current stream): the
@@ -61,6 +61,8 @@ nb::object kvcache_entry(InArray q, OutArray k_cache, OutArray v_cache, OutArray
   p.options = make_options(kKV, softmax_scale, causal, window_left, window_right, alibi_slopes, softcap, backend);
   p.options.check_index_values = check_index_values;
   p.num_splits = num_splits;
+  p.k_descale = to_tensor(k_descale, kKV, "k_descale");
+  p.v_descale = to_tensor(v_descale, kKV, "v_descale");
   return finish<Action>(p, resolve_stream(stream, q, p.q), std::move(outputs));
 }
 
@@ -73,7 +75,7 @@ void def_kvcache(nb::module_& m, const char* name, Func f, const char* doc) {
         "rotary_interleaved"_a = true, "softmax_scale"_a.none() = nb::none(), "causal"_a = false, "window_left"_a = -1,
         "window_right"_a = -1, "alibi_slopes"_a.none() = nb::none(), "softcap"_a = 0.0f, "num_splits"_a = 0,
         "backend"_a = "", "stream"_a.none() = nb::none(), "workspace_alloc"_a.none() = nb::none(),
-        "check_index_values"_a = false, doc);
+        "check_index_values"_a = false, "k_descale"_a.none() = nb::none(), "v_descale"_a.none() = nb::none(), doc);
 }
 
 }  // namespace
@@ -86,7 +88,9 @@ void bind_kvcache(nb::module_& m) {
               "called with a byte count and returns a device array (its data_ptr is used) for the kernels' "
               "scratch memory, valid for the work on `stream`. out=None allocates out and softmax_lse with q's "
               "framework (DLPack's exchange API: torch) and returns (out, softmax_lse); stream=None runs on that "
-              "framework's current stream (else 0).");
+              "framework's current stream (else 0). An FP8 cache: k_cache and v_cache float8_e4m3fn with optional "
+              "fp32 (B, Hk) k_descale / v_descale (stored value x factor is the real one; appended rows are "
+              "stored over it).");
   def_kvcache(m, "query_fwd_kvcache", &kvcache_entry<QueryCall>,
               "Validates fwd_kvcache's arguments and returns each backend's answer (dicts); nothing is written, stream "
               "is unused.");

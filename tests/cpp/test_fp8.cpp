@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -238,8 +239,10 @@ TEST(Fp8Errors, BackwardIsRefused) {
 // An FP8 KV cache (k_cache, v_cache e4m3 with k/v_descale; q, the new rows and out bf16), against the same
 // call with bf16 caches that hold the dequantised values. The inputs are snapped to values that both
 // representations hold exactly (e4m3 codes times power-of-two factors, one per kv head), so the two calls
-// must agree bit for bit: outputs, LSE, and the caches after the append (the FP8 one dequantised). Contiguous
-// and paged caches, GQA 4:1, causal, three appended tokens.
+// must agree bit for bit in cpu_reference: outputs, LSE, and the caches after the append (the FP8 one
+// dequantised). cpu_flash (the default choice on the CPU) computes in fp32 with the factors folded into the
+// query's scale and the output's normalisation: within the oracle's criterion, and its append is the
+// reference's bit for bit. Contiguous and paged caches, GQA 4:1, causal, three appended tokens.
 TEST(Fp8KVCache, MatchesTheDequantisedCacheBitwise) {
   using flashattn::detail::e4m3_to_float;
   using flashattn::detail::float_to_e4m3;
@@ -293,15 +296,83 @@ TEST(Fp8KVCache, MatchesTheDequantisedCacheBitwise) {
     for (const auto& [cache8, cache16] : {std::pair{&got.k_cache, &ref.k_cache}, std::pair{&got.v_cache, &ref.v_cache}})
       for (int64_t i = 0; i < cache16->numel(); ++i)
         ASSERT_EQ(cache8->get(i) * factors[(i / c.head_dim) % c.heads_k], cache16->get(i)) << i;
-    // The default choice runs it (cpu_reference); cpu_flash declines, naming the cache.
-    const KVOutputs chosen = with_descales("");
-    EXPECT_EQ(std::memcmp(chosen.out.data(), ref.out.data(), ref.out.nbytes()), 0);
-    try {
-      with_descales("cpu_flash");
-      ADD_FAILURE() << "cpu_flash ran an FP8 cache";
-    } catch (const flashattn::Error& e) {
-      EXPECT_EQ(e.status(), flashattn::Status::unsupported) << e.what();
-      EXPECT_NE(std::string(e.what()).find("KV cache"), std::string::npos) << e.what();
+    const KVOracle oracle = kv_oracle(in);
+    for (const char* backend : {"cpu_flash", ""}) {
+      SCOPED_TRACE(backend);
+      const KVOutputs flash = with_descales(backend);
+      EXPECT_TRUE(within_criterion("out", flash.out, oracle.out, oracle.naive_out, c.dtype));
+      EXPECT_TRUE(within_criterion("softmax_lse", flash.lse, oracle.lse, oracle.naive_lse, DType::f32));
+      EXPECT_EQ(std::memcmp(flash.k_cache.data(), got.k_cache.data(), got.k_cache.nbytes()), 0);
+      EXPECT_EQ(std::memcmp(flash.v_cache.data(), got.v_cache.data(), got.v_cache.nbytes()), 0);
+    }
+  }
+}
+
+// cpu_flash's FP8 cache at the shapes it runs differently (one query row per sequence and GQA 8:1, the
+// shape of decode; a window and softcap; 16-bit queries), with factors that differ per sequence and kv
+// head and are not powers of two, against the oracle of the equivalent fp32 problem: caches holding code x
+// factor, new rows snapped to values whose quotient by the factor rounds back to their code.
+TEST(Fp8KVCache, CpuFlashMatchesTheOracleAtDecodeShapes) {
+  using flashattn::detail::e4m3_to_float;
+  using flashattn::detail::float_to_e4m3;
+  for (int variant = 0; variant < 3; ++variant) {
+    KVConfig c;
+    c.dtype = variant == 2 ? DType::f16 : DType::f32;
+    c.batch = 3;
+    c.heads = 16;
+    c.heads_k = 2;
+    c.seqlen_q = variant == 1 ? 3 : 1;
+    c.capacity = 80;
+    c.cache_seqlens = {0, 41, 77};
+    c.seqlen_new = variant == 1 ? 3 : 1;
+    c.causal = variant == 1;
+    if (variant == 1) c.window_left = 30, c.softcap = 20.0f;
+    SCOPED_TRACE(c.name());
+    KVInputs in = make_kv_inputs(c, 8900 + uint64_t(variant));
+    const int64_t B = c.batch, Hk = c.heads_k, D = c.head_dim;
+    HostTensor kd(DType::f32, {B, Hk}), vd(DType::f32, {B, Hk});
+    for (int64_t i = 0; i < B * Hk; ++i) kd.set(i, 0.3 + 0.17 * double(i)), vd.set(i, 1.9 - 0.23 * double(i));
+    // (B, rows, Hk, D) tensors: element i's factor is that of (i / (rows Hk D), (i / D) % Hk).
+    const auto snap = [&](HostTensor& t, const HostTensor& f, HostTensor* codes) {
+      const int64_t per_batch = t.numel() / B;
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        const float d = float(f.get((i / per_batch) * Hk + (i / D) % Hk));
+        const uint8_t code = float_to_e4m3(float(t.get(i)) / d);
+        t.set(i, double(e4m3_to_float(code) * d));
+        if (codes) codes->set(i, double(e4m3_to_float(code)));
+      }
+    };
+    HostTensor k8(DType::fp8_e4m3, in.k_cache.shape()), v8(DType::fp8_e4m3, in.v_cache.shape());
+    KVInputs exact = in;  // the fp32 problem the FP8 call means
+    exact.cfg.dtype = DType::f32;
+    for (HostTensor* t : {&exact.q, &exact.k_cache, &exact.v_cache, &exact.k_new, &exact.v_new}) *t = t->as(DType::f32);
+    snap(exact.k_cache, kd, &k8);
+    snap(exact.v_cache, vd, &v8);
+    snap(exact.k_new, kd, nullptr);
+    snap(exact.v_new, vd, nullptr);
+    const KVOracle oracle = kv_oracle(exact);
+    KVInputs in8 = in;
+    in8.k_cache = k8;
+    in8.v_cache = v8;
+    // In f16 the new rows are code x factor rounded, which over the factor still rounds to the code (its
+    // neighbours are at least 2^-5 away relatively): the cache ends up holding what the oracle appended.
+    in8.k_new = exact.k_new.as(c.dtype);
+    in8.v_new = exact.v_new.as(c.dtype);
+    const KVOutputs got =
+        run_kvcache_via(in8, "cpu_flash", flashattn::Device::cpu(), [&](const flashattn::KVCacheParams& p) {
+          flashattn::KVCacheParams q = p;
+          q.k_descale = kd.view();
+          q.v_descale = vd.view();
+          flashattn::forward_kvcache(q);
+        });
+    // f16 queries: the criterion's floor is the f16 output's own rounding.
+    EXPECT_TRUE(within_criterion("out", got.out, oracle.out, oracle.naive_out, c.dtype));
+    EXPECT_TRUE(within_criterion("softmax_lse", got.lse, oracle.lse, oracle.naive_lse, DType::f32));
+    for (int64_t i = 0; i < got.k_cache.numel(); ++i) {
+      const float kf = float(kd.get((i / (got.k_cache.numel() / B)) * Hk + (i / D) % Hk));
+      const float vf = float(vd.get((i / (got.v_cache.numel() / B)) * Hk + (i / D) % Hk));
+      ASSERT_EQ(float(got.k_cache.get(i)) * kf, float(oracle.appended.k_cache.get(i))) << "k_cache " << i;
+      ASSERT_EQ(float(got.v_cache.get(i)) * vf, float(oracle.appended.v_cache.get(i))) << "v_cache " << i;
     }
   }
 }

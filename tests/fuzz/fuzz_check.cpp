@@ -48,6 +48,8 @@ double unit_roundoff(int32_t dtype) {
       return 0x1p-11;
     case FLASHATTN_BF16:
       return 0x1p-8;
+    case FLASHATTN_FP8_E4M3:
+      return 0x1p-4;
     default:
       return kEps32;
   }
@@ -84,9 +86,11 @@ int64_t dim(const FuzzTensor& t, int d) { return t.present() && d < t.view().ndi
 // fp32 logits are off by about eps32 * L; a softmax turns an absolute logit error delta into a relative
 // error of about delta in the probabilities, which then scales every output. With rotary, q and the
 // appended keys are rotated in the storage dtype (flash-attn's semantics: the rotated copies are stored),
-// which the fp64 oracle does not round: that adds up to 2 u L to the logit error (delta).
+// which the fp64 oracle does not round: that adds up to 2 u L to the logit error (delta), u the cache's
+// (an FP8 cache's rounding after a rotation computed at different precisions may differ by one e4m3 step).
+// FP8 inputs are exact values: only the bf16 output is rounded.
 struct Bounds {
-  double u = kEps32, delta = 0, drop = 1;
+  double u = kEps32, u_cache = kEps32, delta = 0, drop = 1;
   double q = 0, k = 0, v = 0, dout = 0, scale = 1;
   double keys = 0, rows = 0, dim = 0;
 };
@@ -96,7 +100,8 @@ Bounds bounds_of(const FuzzCall& c) {
   const FuzzTensor& q = c.tensors[kQ];
   const bool kv = c.op == Op::kvcache;
   const flashattn_options& o = kv ? c.kv.options : c.bwd.fwd.options;
-  b.u = unit_roundoff(q.view().dtype);
+  b.u = q.view().dtype == FLASHATTN_FP8_E4M3 ? unit_roundoff(FLASHATTN_BF16) : unit_roundoff(q.view().dtype);
+  b.u_cache = kv ? unit_roundoff(c.tensors[kKCache].view().dtype) : b.u;
   b.dim = double(dim(q, q.view().ndim - 1));
   b.scale = o.has_softmax_scale ? std::fabs(double(o.softmax_scale)) : 1.0 / std::sqrt(std::max(b.dim, 1.0));
   b.q = max_abs(q);
@@ -121,7 +126,7 @@ Bounds bounds_of(const FuzzCall& c) {
   }
   const double logit = b.scale * b.q * b.k * b.dim + max_abs(c.tensors[kAlibi]) * (b.keys + b.rows);
   b.delta = 16 * kEps32 * (logit + 1);
-  if (kv && c.tensors[kRotaryCos].present()) b.delta += 2 * b.u * b.scale * b.q * b.k * b.dim;
+  if (kv && c.tensors[kRotaryCos].present()) b.delta += 2 * b.u_cache * b.scale * b.q * b.k * b.dim;
   const float p = kv ? 0.0f : c.bwd.fwd.dropout_p;
   b.drop = p > 0 ? 1.0 / (1.0 - double(p)) : 1.0;
   return b;
@@ -142,10 +147,10 @@ double tolerance(const Bounds& b, int slot) {
       return b.scale * b.k * 2 * b.dim * b.dout * b.v * b.drop * rel;
     case kDk:
       return b.scale * b.q * 2 * b.dim * b.dout * b.v * b.drop * b.rows * rel;
-    case kKCache:
-      return b.k * (2 * b.u + 8 * kEps32);
+    case kKCache:  // plus e4m3's subnormal step, coarser than 2 u |k| below 2^-6
+      return b.k * (2 * b.u_cache + 8 * kEps32) + (b.u_cache == 0x1p-4 ? 0x1p-9 : 0.0);
     case kVCache:
-      return b.v * (2 * b.u + 8 * kEps32);
+      return b.v * (2 * b.u_cache + 8 * kEps32);
     default:
       return 0;
   }

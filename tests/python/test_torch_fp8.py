@@ -89,3 +89,63 @@ def test_fp8_misuse_names_the_argument():
     with pytest.raises(ValueError, match="k_descale"):
         qb = torch.randn(1, 4, 2, 64, dtype=torch.bfloat16)
         flashattn.flash_attn_func(qb, qb, qb, k_descale=torch.ones(1, 2))  # factors need FP8 inputs
+
+
+@pytest.mark.parametrize("paged", [False, True])
+def test_fp8_kv_cache_appends_and_attends(paged):
+    """flash_attn_with_kvcache with a float8 cache: the new rows are stored over their factor rounded to e4m3
+    (torch's own float32 -> float8 conversion is the expectation), then q (bfloat16) attends causally over
+    the dequantised cache."""
+    gen = torch.Generator().manual_seed(6)
+    b, cap, h, hk, d, new, page = 3, 48, 8, 2, 64, 2, 16
+    seqlens = torch.tensor([0, 13, 40], dtype=torch.int32)
+    k_cache, v_cache = quantised((b, cap, hk, d), gen), quantised((b, cap, hk, d), gen)
+    k_descale, v_descale = (torch.rand((b, hk), generator=gen) * 1.5 + 0.5 for _ in range(2))
+    q = torch.randn((b, new, h, d), generator=gen).to(torch.bfloat16)
+    k_new = torch.randn((b, new, hk, d), generator=gen).to(torch.bfloat16)
+    v_new = torch.randn((b, new, hk, d), generator=gen).to(torch.bfloat16)
+    expect_k, expect_v = k_cache.clone(), v_cache.clone()
+    for i in range(b):
+        rows = slice(int(seqlens[i]), int(seqlens[i]) + new)
+        expect_k[i, rows] = (k_new[i].float() / k_descale[i][None, :, None]).to(torch.float8_e4m3fn)
+        expect_v[i, rows] = (v_new[i].float() / v_descale[i][None, :, None]).to(torch.float8_e4m3fn)
+    kw = dict(cache_seqlens=seqlens, causal=True, k_descale=k_descale, v_descale=v_descale)
+    if paged:  # the same cache as pages of 16 rows in a shuffled pool
+        per = cap // page
+        table = torch.randperm(b * per, generator=gen).to(torch.int32).reshape(b, per)
+        k_pages = torch.empty((b * per, page, hk, d), dtype=torch.float8_e4m3fn)
+        v_pages = torch.empty_like(k_pages)
+        # (through uint8 views: indexing float8 tensors is not implemented on every torch)
+        k_pages.view(torch.uint8)[table.reshape(-1).long()] = k_cache.view(torch.uint8).reshape(b * per, page, hk, d)
+        v_pages.view(torch.uint8)[table.reshape(-1).long()] = v_cache.view(torch.uint8).reshape(b * per, page, hk, d)
+        out = flashattn.flash_attn_with_kvcache(q, k_pages, v_pages, k_new, v_new, block_table=table, **kw)
+        got_k = torch.stack([k_pages.view(torch.uint8)[table[i].long()].reshape(cap, hk, d) for i in range(b)])
+        got_v = torch.stack([v_pages.view(torch.uint8)[table[i].long()].reshape(cap, hk, d) for i in range(b)])
+    else:
+        out = flashattn.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, **kw)
+        got_k, got_v = k_cache.view(torch.uint8), v_cache.view(torch.uint8)
+    assert torch.equal(got_k, expect_k.view(torch.uint8))
+    assert torch.equal(got_v, expect_v.view(torch.uint8))
+    lens = (seqlens + new).tolist()
+    cu_q = np.arange(b + 1) * new
+    cu_k = np.concatenate([[0], np.cumsum(lens)])
+    kd = np.concatenate([dequantised(expect_k[i:i + 1, :lens[i]], k_descale[i:i + 1])[0] for i in range(b)])
+    vd = np.concatenate([dequantised(expect_v[i:i + 1, :lens[i]], v_descale[i:i + 1])[0] for i in range(b)])
+    qd = q.to(torch.float64).numpy().reshape(b * new, h, d)
+    ref, _ = attention(qd, kd, vd, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, causal=True)
+    bf = [torch.from_numpy(x).to(torch.bfloat16).to(torch.float64).numpy() for x in (qd, kd, vd)]
+    lowp, _ = attention(*bf, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, causal=True)
+    check(out.reshape(b * new, h, d), ref, lowp)
+
+
+def test_fp8_kv_cache_misuse_names_the_argument():
+    gen = torch.Generator().manual_seed(7)
+    q = torch.randn((1, 1, 2, 64), generator=gen).to(torch.bfloat16)
+    cache = torch.zeros((1, 8, 2, 64), dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="q_descale"):
+        flashattn.flash_attn_with_kvcache(q, cache, cache, q_descale=torch.ones(1, 2))
+    with pytest.raises(ValueError, match="k_descale"):  # factors need an FP8 cache
+        flashattn.flash_attn_with_kvcache(q, cache, cache, k_descale=torch.ones(1, 2))
+    cache8 = quantised((1, 8, 2, 64), gen)
+    with pytest.raises(ValueError, match="v_cache"):  # both caches FP8, or neither
+        flashattn.flash_attn_with_kvcache(q, cache8, cache, cache_seqlens=3)

@@ -20,11 +20,11 @@ namespace flashattn::detail::cpu_flash::FLASH_ISA {
 
 namespace {
 
-// Whether both GEMMs run as bf16 dot products for storage type DT in this build.
-template <DType DT>
+// Whether both GEMMs run as bf16 dot products for storage types S in this build.
+template <typename S>
 constexpr bool kDotBf16 =
 #if defined(FLASH_AVX512_BF16)
-    DT == DType::bf16;
+    (S::q == DType::bf16 && S::kv == DType::bf16);
 #else
     false;
 #endif
@@ -118,7 +118,7 @@ void write_outputs(const AttnCall& c, const AttnSeq& s, const RowLanes& lanes, i
   }
 }
 
-template <DType DT>
+template <typename S>
 void attend_tiled_impl(const AttnCall& c, const AttnSeq& s, TileShape t, int64_t r0, int64_t r1, float* scratch) {
   const int64_t D = c.head_dim, Bc = t.k_rows;
   Carver mem(scratch);
@@ -130,12 +130,13 @@ void attend_tiled_impl(const AttnCall& c, const AttnSeq& s, TileShape t, int64_t
   const int64_t q_ss = D * kLanes, kv_ss = Bc * kLanes;
 
   // The dot products take the head dim in pairs: an odd head dim runs the fp32 path.
-  const bool dot = kDotBf16<DT> && D % 2 == 0;
+  const bool dot = kDotBf16<S> && D % 2 == 0;
   // The dot-product path multiplies the scores by q_scale in fp32 instead, so that Q stays exact in bf16.
-  pack_queries<DT>(c, s, lanes, r0, dot ? 1.0f : c.q_scale, w.rows, w.qt);
+  const float q_scale = c.q_scale * s.score_factor;
+  pack_queries<S::q>(c, s, lanes, r0, dot ? 1.0f : q_scale, w.rows, w.qt);
 #if defined(FLASH_AVX512_BF16)
   const int64_t qp_ss = D / 2 * kLanes, pp_ss = Bc / 2 * kLanes;
-  if constexpr (kDotBf16<DT>) {
+  if constexpr (kDotBf16<S>) {
     if (dot)
       for (int64_t k = 0; k < strips; ++k) pack_row_pairs(w.qt + k * q_ss, D, w.qp + k * qp_ss, kLanes);
   }
@@ -161,19 +162,19 @@ void attend_tiled_impl(const AttnCall& c, const AttnSeq& s, TileShape t, int64_t
 
     s.keys.offsets(j0, bc, w.k_off, w.v_off);
 #if defined(FLASH_AVX512_BF16)
-    if constexpr (kDotBf16<DT>) {
+    if constexpr (kDotBf16<S>) {
       if (dot) {
         for (int64_t j = 0; j < bc; ++j)
           std::memcpy(w.kp + j * (D / 2), static_cast<const uint16_t*>(s.keys.k) + w.k_off[j], size_t(D) * 2);
         pack_key_pairs(s.keys.v, w.v_off, bc, D, w.vp, D, kLanes);
         gemm_bf16<ALayout::rows, CInit::zero>(bc, hi - lo, D / 2, w.kp, D / 2, w.qp + lo * qp_ss, qp_ss,
-                                              w.st + lo * kv_ss, kv_ss, nullptr, c.q_scale);
+                                              w.st + lo * kv_ss, kv_ss, nullptr, q_scale);
       }
     }
 #endif
     if (!dot) {
-      rows_to_strips<DT>(s.keys.k, w.k_off, bc, D, w.kt, kv_ss);
-      rows_to_strips<DT>(s.keys.v, w.v_off, bc, D, w.vt, kv_ss);
+      rows_to_strips<S::kv>(s.keys.k, w.k_off, bc, D, w.kt, kv_ss);
+      rows_to_strips<S::kv>(s.keys.v, w.v_off, bc, D, w.vt, kv_ss);
       gemm<ALayout::rows, CInit::zero>(bc, hi - lo, D, w.kt, kv_ss, w.qt + lo * q_ss, q_ss, w.st + lo * kv_ss, kv_ss);
     }
     for (int64_t k = lo; k < hi; ++k) {
@@ -184,7 +185,7 @@ void attend_tiled_impl(const AttnCall& c, const AttnSeq& s, TileShape t, int64_t
       store(w.alpha + k * kLanes, alpha);
     }
 #if defined(FLASH_AVX512_BF16)
-    if constexpr (kDotBf16<DT>) {
+    if constexpr (kDotBf16<S>) {
       if (dot) {
         const int64_t pairs = (bc + 1) / 2;
         for (int64_t k = lo; k < hi; ++k) pack_row_pairs(w.st + k * kv_ss, bc, w.pp + k * pp_ss, kLanes);
@@ -198,7 +199,7 @@ void attend_tiled_impl(const AttnCall& c, const AttnSeq& s, TileShape t, int64_t
                                                     w.ot + lo * q_ss, q_ss, w.alpha + lo * kLanes);
   }
 
-  write_outputs<DT>(c, s, lanes, r0, w.ot, w.m, w.l, w.rows);
+  write_outputs<S::out>(c, s, lanes, r0, w.ot, w.m, w.l, w.rows);
 }
 
 }  // namespace
@@ -210,7 +211,8 @@ int64_t tiled_scratch_floats(const AttnCall& c, TileShape t) {
 }
 
 void attend_tiled(const AttnCall& c, const AttnSeq& s, TileShape t, int64_t r0, int64_t r1, float* scratch) {
-  dispatch_dtype(c.dtype, [&](auto dt) { attend_tiled_impl<decltype(dt)::value>(c, s, t, r0, r1, scratch); });
+  dispatch_storage(c.dtype, c.kv_dtype,
+                   [&](auto storage) { attend_tiled_impl<decltype(storage)>(c, s, t, r0, r1, scratch); });
 }
 
 }  // namespace flashattn::detail::cpu_flash::FLASH_ISA

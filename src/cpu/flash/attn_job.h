@@ -51,7 +51,8 @@ struct KeyRows {
 
 // Constants of one call.
 struct AttnCall {
-  DType dtype = DType::f32;
+  DType dtype = DType::f32;     // of q (and of out, but bf16 for fp8_e4m3 q: convert_tile.h's Storage)
+  DType kv_dtype = DType::f32;  // of k and v: dtype, or fp8_e4m3 (the FP8 forward, an FP8 cache)
   int64_t heads = 0, head_dim = 0, group = 1;
   ScoreParams score;
   DropoutParams dropout;
@@ -66,12 +67,14 @@ struct AttnCall {
   bool softcap() const { return cap2 > 0.0f; }
   bool alibi() const { return score.alibi_slopes != nullptr; }
   bool dropout_on() const { return dropout.p > 0.0f; }
+  // FP8 k / v run the tiled engine only (the decode engine reads 16/32-bit storage, one type per call).
+  bool fp8() const { return kv_dtype == DType::fp8_e4m3; }
 };
 
 inline AttnCall make_call(DType dtype, int64_t heads, int64_t heads_k, int64_t head_dim, const ScoreParams& score,
                           const DropoutParams& dropout) {
   AttnCall c;
-  c.dtype = dtype;
+  c.dtype = c.kv_dtype = dtype;
   c.heads = heads;
   c.head_dim = head_dim;
   c.group = heads / heads_k;
@@ -101,6 +104,10 @@ struct AttnSeq {
   // forward_kvcache rotary: query i is rotated at rotary_pos0 (+ i when rotary_consecutive)
   int64_t rotary_pos0 = 0;
   bool rotary_consecutive = false;
+  // FP8 descale factors of this (sequence, kv head), 1 otherwise: the scores' (q's times k's: the Q K^T
+  // GEMM is linear, so they fold into the query's scale) and the output's (v's, into the normalisation).
+  float score_factor = 1.0f;
+  float out_factor = 1.0f;
 
   int64_t rows(const AttnCall& c) const { return c.group * sq; }
   Mask mask(const AttnCall& c) const { return make_mask(c.score, sq, sk); }
@@ -127,10 +134,10 @@ void load_query(const AttnCall& c, const AttnSeq& s, int64_t i, int64_t h, float
   for (int64_t d = 0; d < c.head_dim; d += kLanes) store(dst + d, load(dst + d) * splat(scale));
 }
 
-// The same times q_scale (scores in log2 units straight out of the Q K^T GEMM).
+// The same times q_scale and the scores' factor (scores in log2 units straight out of the Q K^T GEMM).
 template <DType DT>
 void load_query(const AttnCall& c, const AttnSeq& s, int64_t i, int64_t h, float* dst) {
-  load_query<DT>(c, s, i, h, dst, c.q_scale);
+  load_query<DT>(c, s, i, h, dst, c.q_scale * s.score_factor);
 }
 
 // Writes one finished row (i, h): out = acc / l (times the dropout rescale), acc holding head_dim floats,
@@ -140,7 +147,7 @@ void load_query(const AttnCall& c, const AttnSeq& s, int64_t i, int64_t h, float
 template <DType DT>
 void write_output_row(const AttnCall& c, const AttnSeq& s, int64_t i, int64_t h, const float* acc, float m, float l) {
   const int64_t off = s.out_start + i * s.out_row_stride + h * s.out_head_stride;
-  store_row<DT>(s.out, off, acc, c.head_dim, l > 0.0f ? c.dropout_scale / l : 0.0f);
+  store_row<DT>(s.out, off, acc, c.head_dim, l > 0.0f ? c.dropout_scale * s.out_factor / l : 0.0f);
   if (s.lse) s.lse[h * s.lse_head_stride + i] = l > 0.0f ? (m + std::log2(l)) * kLn2 : std::isnan(l) ? NAN : INFINITY;
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 
-// Storage (f32 / f16 / bf16) to fp32, 16 elements at a time: the K/V tiles are converted once per tile
-// into fp32 strip tiles (microkernel.h) that every query row of the tile then reuses.
+// Storage (f32 / f16 / bf16, and fp8_e4m3 for loads) to fp32, 16 elements at a time: the K/V tiles are
+// converted once per tile into fp32 strip tiles (microkernel.h) that every query row of the tile then
+// reuses.
 
 #include <algorithm>
 #include <cstdint>
@@ -29,6 +30,48 @@ decltype(auto) dispatch_dtype(DType dt, F&& f) {
   }
 }
 
+// The storage types of one call's q, k / v and out. One type for all three, but with FP8: q, k, v in
+// fp8_e4m3 with a bf16 out (the FP8 forward), or an fp8_e4m3 KV cache beside 16/32-bit q and out.
+template <DType Q, DType KV, DType O>
+struct Storage {
+  static constexpr DType q = Q, kv = KV, out = O;
+};
+
+// Calls f(Storage<...>{}) for the storage types of q (dtype) and of k / v (kv_dtype).
+template <typename F>
+decltype(auto) dispatch_storage(DType dtype, DType kv_dtype, F&& f) {
+  if (kv_dtype == DType::fp8_e4m3) {
+    switch (dtype) {
+      case DType::fp8_e4m3:
+        return f(Storage<DType::fp8_e4m3, DType::fp8_e4m3, DType::bf16>{});
+      case DType::f16:
+        return f(Storage<DType::f16, DType::fp8_e4m3, DType::f16>{});
+      case DType::bf16:
+        return f(Storage<DType::bf16, DType::fp8_e4m3, DType::bf16>{});
+      default:
+        return f(Storage<DType::f32, DType::fp8_e4m3, DType::f32>{});
+    }
+  }
+  return dispatch_dtype(dtype, [&](auto dt) {
+    constexpr DType D = decltype(dt)::value;
+    return f(Storage<D, D, D>{});
+  });
+}
+
+#if defined(FLASH_AVX512)
+// 16 e4m3 codes (zero-extended to 16 bits) as fp32: the exponent and mantissa bits moved to fp16's places
+// give the value over 2^8 (subnormals included, both formats' subnormals being multiples of their smallest
+// step), so one fp16 conversion and an exact multiply; S.1111.111, e4m3fn's only NaN, is patched in.
+FLASH_INLINE __m512 e4m3x16_to_ps(__m256i w) {
+  const __m256i mag = _mm256_and_si256(w, _mm256_set1_epi16(0x7F));
+  const __m256i sign = _mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x80)), 8);
+  const __m512 f =
+      _mm512_mul_ps(_mm512_cvtph_ps(_mm256_or_si256(sign, _mm256_slli_epi16(mag, 7))), _mm512_set1_ps(256.0f));
+  const __mmask16 nan = _mm256_cmpeq_epi16_mask(mag, _mm256_set1_epi16(0x7F));
+  return _mm512_mask_blend_ps(nan, f, _mm512_set1_ps(__builtin_nanf("")));
+}
+#endif
+
 // Elements [off, off + n) of a storage array as fp32 lanes 0..n-1 (n <= 16); the other lanes are 0.
 template <DType DT>
 FLASH_INLINE VecF load_n(const void* base, int64_t off, int n) {
@@ -36,6 +79,8 @@ FLASH_INLINE VecF load_n(const void* base, int64_t off, int n) {
   const __mmask16 m = __mmask16((1u << n) - 1u);
   if constexpr (DT == DType::f32) {
     return {_mm512_maskz_loadu_ps(m, static_cast<const float*>(base) + off)};
+  } else if constexpr (DT == DType::fp8_e4m3) {
+    return {e4m3x16_to_ps(_mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(m, static_cast<const uint8_t*>(base) + off)))};
   } else {
     const __m256i h = _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(base) + off);
     if constexpr (DT == DType::f16) return {_mm512_cvtph_ps(h)};
@@ -54,6 +99,9 @@ FLASH_INLINE VecF load16(const void* base, int64_t off) {
 #if defined(FLASH_AVX512)
   if constexpr (DT == DType::f32) {
     return {_mm512_loadu_ps(static_cast<const float*>(base) + off)};
+  } else if constexpr (DT == DType::fp8_e4m3) {
+    return {e4m3x16_to_ps(_mm256_cvtepu8_epi16(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint8_t*>(base) + off))))};
   } else {
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(base) + off));
     if constexpr (DT == DType::f16) return {_mm512_cvtph_ps(h)};
@@ -67,6 +115,7 @@ FLASH_INLINE VecF load16(const void* base, int64_t off) {
 // fp32 lanes 0..n-1 to storage elements [off, off + n), rounded to nearest even (as common/convert.h).
 template <DType DT>
 FLASH_INLINE void store_n(void* base, int64_t off, VecF x, int n) {
+  static_assert(DT != DType::fp8_e4m3, "outputs are 16 or 32 bits (an FP8 call writes bf16)");
 #if defined(FLASH_AVX512)
   const __mmask16 m = __mmask16((1u << n) - 1u);
   if constexpr (DT == DType::f32) {

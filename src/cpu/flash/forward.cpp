@@ -19,6 +19,8 @@ void forward(const FwdProblem& p, Stream) {
       s.hk = hk;
       s.sq = r.sq;
       s.sk = r.sk;
+      s.score_factor = p.q_descale.at(b, hk) * p.k_descale.at(b, hk);
+      s.out_factor = p.v_descale.at(b, hk);
       s.q = p.q.ptr;
       s.q_start = p.q.offset(b, r.q_start, 0);
       s.q_row_stride = p.q.row_stride;
