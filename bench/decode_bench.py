@@ -70,6 +70,9 @@ def parse_args(argv=None):
                         "count the attended bytes; the peers, which take no per-sequence lengths, run padded to the "
                         "full context")
     p.add_argument("--no-peers", action="store_true", help="time only cuda_decode")
+    p.add_argument("--fp8", action="store_true",
+                   help="also time cuda_decode on an FP8 (e4m3) copy of the cache with per-(batch, kv head) "
+                        "descales: fp8_us, its bandwidth over the bytes it reads (half), and bf16 time / FP8 time")
     p.add_argument("--graph", action="store_true",
                    help="time every implementation as the replay of a CUDA graph of one call: the kernels "
                         "without the host path of a Python call (how serving engines run decode)")
@@ -321,6 +324,31 @@ def run_config(torch, F, flashattn, timer, floor, cfg, args, peers_cache):
             row[name + "_tbps"], err = peers_cache[(key, name)]
             if err:
                 row[name + "_error"] = err
+    if args.fp8:
+        # The same keys quantised per (batch, kv head) to e4m3 over amax / 448 (as an FP8 KV cache is kept).
+        def quantise(x):
+            scale = (x.float().abs().amax(dim=(1, 3)) / 448.0).clamp(min=1e-12)  # (batch, heads_k)
+            return (x.float() / scale[:, None, :, None]).to(torch.float8_e4m3fn), scale.contiguous()
+
+        k8, kd = quantise(k)
+        v8, vd = quantise(v)
+        new8 = dict(new_kv)
+        if page:
+            k8c = k8.view(torch.uint8).view(nblocks, page, hk, d)[perm].contiguous().view(torch.float8_e4m3fn)
+            v8c = v8.view(torch.uint8).view(nblocks, page, hk, d)[perm].contiguous().view(torch.float8_e4m3fn)
+            call8 = lambda: flashattn.flash_attn_with_kvcache(q, k8c, v8c, **new8, cache_seqlens=lens, block_table=table,
+                                                              causal=causal, num_splits=args.splits, k_descale=kd,
+                                                              v_descale=vd)
+        else:
+            call8 = lambda: flashattn.flash_attn_with_kvcache(q, k8, v8, **new8, cache_seqlens=lens, causal=causal,
+                                                              num_splits=args.splits, k_descale=kd, v_descale=vd)
+        out8 = call8()
+        ms8 = timer(graphed(torch, call8) if args.graph else call8, args.rep_ms)
+        row["fp8_ms"] = ms8
+        row["fp8_tbps"] = row["kv_bytes"] / 2 / ms8 / 1e9
+        row["fp8_x_bf16"] = ms / ms8
+        if not causal:  # the quantisation error, beside ours in bf16
+            row["fp8_max_abs_diff_vs_bf16"] = (out8.float() - ours.float()).abs().max().item()
     if not causal:
         # A sanity check of the output (not the test suite: tests/cpp/test_cuda_decode.cpp is).
         with torch.no_grad():
@@ -372,7 +400,9 @@ def print_table(rows, ceiling):
               f"{fmt(r.get('cudnn_tbps'), '6.2f'):>6} {fmt(r.get('flash_tbps'), '6.2f'):>6} "
               f"{fmt(r.get('x_vs_cudnn'), '7.2f'):>7} {fmt(r.get('x_vs_flash'), '7.2f'):>7} | "
               f"{1e3 * r['cuda_decode_ms']:8.1f} {floor_us:>8} {fmt(r.get('x_vs_floor'), '7.2f'):>7} "
-              f"{fmt(r.get('max_abs_diff'), '8.1e'):>8}")
+              f"{fmt(r.get('max_abs_diff'), '8.1e'):>8}"
+              + (f" | fp8 {1e3 * r['fp8_ms']:8.1f} us {r['fp8_tbps']:5.2f} TB/s x bf16 {r['fp8_x_bf16']:5.2f}"
+                 if "fp8_ms" in r else ""))
 
 
 def main(argv=None):

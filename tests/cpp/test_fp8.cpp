@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -375,6 +376,128 @@ TEST(Fp8KVCache, CpuFlashMatchesTheOracleAtDecodeShapes) {
       ASSERT_EQ(float(got.v_cache.get(i)) * vf, float(oracle.appended.v_cache.get(i))) << "v_cache " << i;
     }
   }
+}
+
+// The FP8 form of a 16-bit cache problem: `in` is snapped in place to values that an e4m3 code times a
+// power-of-two factor holds exactly (caches and new rows), and the returned inputs hold the codes with
+// their (batch, kv head) factors. Both then mean the same attention, and the append stores codes exactly:
+// the FP8 call's oracle is kv_oracle(in). The factors vary per sequence where a cache row belongs to one
+// batch entry (contiguous, no cache_batch_idx), else per kv head only.
+KVInputs fp8_form(KVInputs& in) {
+  using flashattn::detail::e4m3_to_float;
+  using flashattn::detail::float_to_e4m3;
+  const KVConfig& c = in.cfg;
+  const int64_t B = c.batch, Hk = c.heads_k, D = c.head_dim;
+  const bool per_sequence = c.page_size == 0 && !c.batch_idx;
+  const auto factor = [&](int64_t b, int64_t hk) { return std::ldexp(1.0, int((per_sequence ? b : 0) + hk) % 3 - 1); };
+  KVInputs out = in;
+  out.k_descale = HostTensor(DType::f32, {B, Hk});
+  out.v_descale = HostTensor(DType::f32, {B, Hk});
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t hk = 0; hk < Hk; ++hk) {
+      out.k_descale.set(b * Hk + hk, factor(b, hk));
+      out.v_descale.set(b * Hk + hk, 2.0 * factor(b, hk));
+    }
+  // t: a (rows, positions, Hk, D) tensor whose row r belongs to batch entry r (or is a page: per_sequence
+  // false). v: the v factors (twice k's).
+  const auto snap = [&](HostTensor& t, HostTensor* codes, bool v) {
+    const int64_t per_row = t.numel() / t.shape()[0];
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      const double d = (v ? 2.0 : 1.0) * factor(per_sequence ? i / per_row : 0, (i / D) % Hk);
+      const uint8_t code = float_to_e4m3(float(t.get(i) / d));
+      t.set(i, double(e4m3_to_float(code)) * d);
+      if (codes) codes->set(i, double(e4m3_to_float(code)));
+    }
+  };
+  out.k_cache = HostTensor(DType::fp8_e4m3, in.k_cache.shape());
+  out.v_cache = HostTensor(DType::fp8_e4m3, in.v_cache.shape());
+  snap(in.k_cache, &out.k_cache, false);
+  snap(in.v_cache, &out.v_cache, true);
+  if (in.k_new.present()) {
+    snap(in.k_new, nullptr, false);
+    snap(in.v_new, nullptr, true);
+    out.k_new = in.k_new;
+    out.v_new = in.v_new;
+  }
+  return out;
+}
+
+// Every backend that takes an FP8 cache (cpu_reference, cpu_flash, cuda_decode on a GPU) on the FP8 form
+// of the forward_kvcache catalogue, against the oracle of the equivalent 16-bit problem, and its appended
+// caches bit for bit equal to cpu_reference's. Rotary cases are left out: a rotated key is rounded to e4m3
+// after the rotation, which the 16-bit oracle does not do (Fp8KVCache.RotaryAppendWithinOneStep covers
+// them). Backends may decline what they lack (cuda_decode: f32 queries, head dims not multiples of 16).
+TEST(Fp8KVCache, CatalogueOnEveryBackend) {
+  const std::vector<KVConfig> cases = kvcache_cases();
+  std::map<std::string, int> ran;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const KVConfig& c = cases[i];
+    if (c.rotary_dim > 0) continue;
+    SCOPED_TRACE(c.name());
+    KVInputs in = make_kv_inputs(c, 9500 + uint64_t(i));
+    const KVInputs in8 = fp8_form(in);
+    const KVOracle oracle = kv_oracle(in);
+    const KVOutputs ref8 = run_kvcache(in8, "cpu_reference", flashattn::Device::cpu());
+    for (const flashattn::BackendInfo& b : flashattn::list_backends()) {
+      if (b.device == flashattn::DeviceType::cuda && !cuda_available()) continue;
+      SCOPED_TRACE(b.name);
+      KVOutputs got;
+      try {
+        got = run_kvcache(in8, b.name, device_of(b.name));
+      } catch (const flashattn::Error& e) {
+        ASSERT_EQ(e.status(), flashattn::Status::unsupported) << e.what();
+        ASSERT_NE(b.name, "cpu_reference") << e.what();
+        const bool fp8_backend = b.name == "cpu_flash" || b.name == "cuda_decode";
+        const bool decode_lacks = b.name == "cuda_decode" && (c.dtype == DType::f32 || c.head_dim % 16 != 0);
+        ASSERT_TRUE(!fp8_backend || decode_lacks) << e.what();
+        continue;
+      }
+      ++ran[b.name];
+      EXPECT_TRUE(within_criterion("out", got.out, oracle.out, oracle.naive_out, c.dtype));
+      EXPECT_TRUE(within_criterion("softmax_lse", got.lse, oracle.lse, oracle.naive_lse, DType::f32));
+      EXPECT_EQ(std::memcmp(got.k_cache.data(), ref8.k_cache.data(), ref8.k_cache.nbytes()), 0);
+      EXPECT_EQ(std::memcmp(got.v_cache.data(), ref8.v_cache.data(), ref8.v_cache.nbytes()), 0);
+    }
+  }
+  EXPECT_GE(ran["cpu_flash"], 20);
+  if (cuda_available()) EXPECT_GE(ran["cuda_decode"], 15);
+}
+
+// Rotated appends into an FP8 cache: each backend's stored codes within one e4m3 step of cpu_reference's
+// (the rotation runs in fp32 there, in fp64 in the reference, before the rounding), the unrotated part of
+// the row and V bit for bit.
+TEST(Fp8KVCache, RotaryAppendWithinOneStep) {
+  const std::vector<KVConfig> cases = kvcache_cases();
+  int ran = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const KVConfig& c = cases[i];
+    if (c.rotary_dim == 0) continue;
+    SCOPED_TRACE(c.name());
+    KVInputs in = make_kv_inputs(c, 9700 + uint64_t(i));
+    const KVInputs in8 = fp8_form(in);
+    const KVOutputs ref8 = run_kvcache(in8, "cpu_reference", flashattn::Device::cpu());
+    for (const flashattn::BackendInfo& b : flashattn::list_backends()) {
+      if (b.device == flashattn::DeviceType::cuda && !cuda_available()) continue;
+      if (b.name == "cpu_reference") continue;
+      SCOPED_TRACE(b.name);
+      KVOutputs got;
+      try {
+        got = run_kvcache(in8, b.name, device_of(b.name));
+      } catch (const flashattn::Error& e) {
+        ASSERT_EQ(e.status(), flashattn::Status::unsupported) << e.what();
+        continue;
+      }
+      ++ran;
+      EXPECT_EQ(std::memcmp(got.v_cache.data(), ref8.v_cache.data(), ref8.v_cache.nbytes()), 0);
+      for (int64_t j = 0; j < ref8.k_cache.numel(); ++j) {
+        const double g = got.k_cache.get(j), r = ref8.k_cache.get(j);
+        // One step of e4m3 at r: 2^(exponent - 3), and 2^-9 among the subnormals.
+        const double step = std::max(std::ldexp(1.0, std::ilogb(std::max(std::fabs(r), 0x1p-6)) - 3), 0x1p-9);
+        ASSERT_LE(std::fabs(g - r), step) << "k_cache " << j << ": " << g << " vs " << r;
+      }
+    }
+  }
+  EXPECT_GE(ran, 5);
 }
 
 // The append rounds each new value over its factor to the nearest e4m3 code (ties to even, saturating).

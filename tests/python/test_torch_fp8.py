@@ -91,11 +91,14 @@ def test_fp8_misuse_names_the_argument():
         flashattn.flash_attn_func(qb, qb, qb, k_descale=torch.ones(1, 2))  # factors need FP8 inputs
 
 
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
 @pytest.mark.parametrize("paged", [False, True])
-def test_fp8_kv_cache_appends_and_attends(paged):
+def test_fp8_kv_cache_appends_and_attends(paged, device):
     """flash_attn_with_kvcache with a float8 cache: the new rows are stored over their factor rounded to e4m3
     (torch's own float32 -> float8 conversion is the expectation), then q (bfloat16) attends causally over
-    the dequantised cache."""
+    the dequantised cache. On CUDA: cuda_decode's FP8 kernels."""
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
     gen = torch.Generator().manual_seed(6)
     b, cap, h, hk, d, new, page = 3, 48, 8, 2, 64, 2, 16
     seqlens = torch.tensor([0, 13, 40], dtype=torch.int32)
@@ -109,7 +112,9 @@ def test_fp8_kv_cache_appends_and_attends(paged):
         rows = slice(int(seqlens[i]), int(seqlens[i]) + new)
         expect_k[i, rows] = (k_new[i].float() / k_descale[i][None, :, None]).to(torch.float8_e4m3fn)
         expect_v[i, rows] = (v_new[i].float() / v_descale[i][None, :, None]).to(torch.float8_e4m3fn)
-    kw = dict(cache_seqlens=seqlens, causal=True, k_descale=k_descale, v_descale=v_descale)
+    dev = torch.device(device)
+    kw = dict(cache_seqlens=seqlens.to(dev), causal=True, k_descale=k_descale.to(dev), v_descale=v_descale.to(dev))
+    q_, k_new_, v_new_ = q.to(dev), k_new.to(dev), v_new.to(dev)
     if paged:  # the same cache as pages of 16 rows in a shuffled pool
         per = cap // page
         table = torch.randperm(b * per, generator=gen).to(torch.int32).reshape(b, per)
@@ -118,12 +123,16 @@ def test_fp8_kv_cache_appends_and_attends(paged):
         # (through uint8 views: indexing float8 tensors is not implemented on every torch)
         k_pages.view(torch.uint8)[table.reshape(-1).long()] = k_cache.view(torch.uint8).reshape(b * per, page, hk, d)
         v_pages.view(torch.uint8)[table.reshape(-1).long()] = v_cache.view(torch.uint8).reshape(b * per, page, hk, d)
-        out = flashattn.flash_attn_with_kvcache(q, k_pages, v_pages, k_new, v_new, block_table=table, **kw)
+        k_pages, v_pages = k_pages.to(dev), v_pages.to(dev)
+        out = flashattn.flash_attn_with_kvcache(q_, k_pages, v_pages, k_new_, v_new_, block_table=table.to(dev), **kw)
+        k_pages, v_pages = k_pages.cpu(), v_pages.cpu()
         got_k = torch.stack([k_pages.view(torch.uint8)[table[i].long()].reshape(cap, hk, d) for i in range(b)])
         got_v = torch.stack([v_pages.view(torch.uint8)[table[i].long()].reshape(cap, hk, d) for i in range(b)])
     else:
-        out = flashattn.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, **kw)
-        got_k, got_v = k_cache.view(torch.uint8), v_cache.view(torch.uint8)
+        k_dev, v_dev = k_cache.to(dev), v_cache.to(dev)
+        out = flashattn.flash_attn_with_kvcache(q_, k_dev, v_dev, k_new_, v_new_, **kw)
+        got_k, got_v = k_dev.cpu().view(torch.uint8), v_dev.cpu().view(torch.uint8)
+    out = out.cpu()
     assert torch.equal(got_k, expect_k.view(torch.uint8))
     assert torch.equal(got_v, expect_v.view(torch.uint8))
     lens = (seqlens + new).tolist()

@@ -6,9 +6,14 @@
 //   rows [B * Sn * Hk, + B * Sq * H) when q_rot is given: query (b, i, h), row = (b * Sq + i) * H + h,
 //     rotated at rotary_q_position into row `row` of q_rot, a contiguous (B, Sq, H, D) buffer.
 // Rotation in fp32 of the stored 16-bit values, rounded once to the storage type; elements past
-// rotary_dim (and V) are copied bit for bit.
+// rotary_dim (and V) are copied bit for bit. An FP8 cache stores each new value (rotated or not) divided by
+// its (b, hk) descale factor, rounded to e4m3 (nearest even, saturating at +-448: common/convert.h's
+// rounding, by CUDA's cuda_fp8.h conversion).
 
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
+
+#include <type_traits>
 
 #include "common/kvcache.h"
 #include "cuda/common/check.h"
@@ -23,9 +28,22 @@ namespace {
 
 constexpr int kAppendWarps = 4;
 
-// dst = src rotated at position pos (first rotary_dim elements), the rest copied; lane-strided.
-template <typename T>
-__device__ __forceinline__ void rotate_row(const KVCacheProblem& p, const T* src, T* dst, int64_t pos, int lane) {
+// An element of a cache of type C (T, or uint8_t for e4m3) or of q_rot from the fp32 value x: rounded to
+// T, or x / factor rounded to e4m3 (the division correctly rounded, as the reference's).
+template <typename C>
+__device__ __forceinline__ C to_cache(float x, float factor) {
+  if constexpr (std::is_same_v<C, uint8_t>) {
+    return C(__nv_cvt_float_to_fp8(__fdiv_rn(x, factor), __NV_SATFINITE, __NV_E4M3));
+  } else {
+    return from_float<C>(x);
+  }
+}
+
+// dst = src rotated at position pos (first rotary_dim elements), the rest copied (or quantised, FP8);
+// lane-strided.
+template <typename T, typename C>
+__device__ __forceinline__ void rotate_row(const KVCacheProblem& p, const T* src, C* dst, int64_t pos, int lane,
+                                           float factor) {
   const int64_t rot = p.rotary.cos != nullptr ? p.rotary.dim : 0;
   if (rot > 0) {
     const T* cos = static_cast<const T*>(p.rotary.cos) + pos * p.rotary.cos_row_stride;
@@ -35,14 +53,19 @@ __device__ __forceinline__ void rotate_row(const KVCacheProblem& p, const T* src
       rotary_pair(p.rotary, pair, &i0, &i1);
       const float c = to_float(cos[pair]), s = to_float(sin[pair]);
       const float x0 = to_float(src[i0]), x1 = to_float(src[i1]);
-      dst[i0] = from_float<T>(fmaf(x0, c, -x1 * s));
-      dst[i1] = from_float<T>(fmaf(x0, s, x1 * c));
+      dst[i0] = to_cache<C>(fmaf(x0, c, -x1 * s), factor);
+      dst[i1] = to_cache<C>(fmaf(x0, s, x1 * c), factor);
     }
   }
-  for (int64_t d = rot + lane; d < p.head_dim; d += 32) dst[d] = src[d];
+  for (int64_t d = rot + lane; d < p.head_dim; d += 32) {
+    if constexpr (std::is_same_v<C, T>)
+      dst[d] = src[d];
+    else
+      dst[d] = to_cache<C>(to_float(src[d]), factor);
+  }
 }
 
-template <typename T>
+template <typename T, typename C>
 __global__ void __launch_bounds__(32 * kAppendWarps) append_rotary_kernel(const KVCacheProblem p, T* q_rot) {
   // The attention (or the counters' reset) may launch now: it waits for this grid before reading.
   pdl_launch_dependents();
@@ -57,10 +80,16 @@ __global__ void __launch_bounds__(32 * kAppendWarps) append_rotary_kernel(const 
     const int64_t pos = s.seqlen_before + t;
     const T* k_new = static_cast<const T*>(p.k_new.ptr) + p.k_new.offset(b, t, hk);
     const T* v_new = static_cast<const T*>(p.v_new.ptr) + p.v_new.offset(b, t, hk);
-    T* k_dst = static_cast<T*>(p.cache.k) + cache_offset(p.cache, s, b, pos, hk, false);
-    T* v_dst = static_cast<T*>(p.cache.v) + cache_offset(p.cache, s, b, pos, hk, true);
-    rotate_row(p, k_new, k_dst, pos, lane);
-    for (int64_t d = lane; d < p.head_dim; d += 32) v_dst[d] = v_new[d];
+    C* k_dst = static_cast<C*>(p.cache.k) + cache_offset(p.cache, s, b, pos, hk, false);
+    C* v_dst = static_cast<C*>(p.cache.v) + cache_offset(p.cache, s, b, pos, hk, true);
+    rotate_row(p, k_new, k_dst, pos, lane, p.k_descale.at(b, hk));
+    const float v_factor = p.v_descale.at(b, hk);
+    for (int64_t d = lane; d < p.head_dim; d += 32) {
+      if constexpr (std::is_same_v<C, T>)
+        v_dst[d] = v_new[d];
+      else
+        v_dst[d] = to_cache<C>(to_float(v_new[d]), v_factor);
+    }
     return;
   }
   const int r = row - kv_rows;
@@ -69,7 +98,7 @@ __global__ void __launch_bounds__(32 * kAppendWarps) append_rotary_kernel(const 
   const int h = r % heads, i = r / heads % seqlen_q, b = r / heads / seqlen_q;
   const CacheSeq s = cache_seq(p, b);
   const T* q = static_cast<const T*>(p.q.ptr) + p.q.offset(b, i, h);
-  rotate_row(p, q, q_rot + int64_t(r) * p.head_dim, rotary_q_position(p, s, i), lane);
+  rotate_row(p, q, q_rot + int64_t(r) * p.head_dim, rotary_q_position(p, s, i), lane, 1.0f);
 }
 
 }  // namespace
@@ -78,10 +107,15 @@ bool launch_append_rotary(const KVCacheProblem& p, void* q_rot, cudaStream_t str
   const int64_t rows = p.batch * p.seqlen_new * p.heads_k + (q_rot ? p.batch * p.seqlen_q * p.heads : 0);
   if (rows == 0) return false;
   const dim3 grid = grid_1d(ceil_div(rows, kAppendWarps), "cuda_decode append");
-  if (p.dtype == DType::f16)
-    append_rotary_kernel<__half><<<grid, 32 * kAppendWarps, 0, stream>>>(p, static_cast<__half*>(q_rot));
-  else
-    append_rotary_kernel<__nv_bfloat16><<<grid, 32 * kAppendWarps, 0, stream>>>(p, static_cast<__nv_bfloat16*>(q_rot));
+  const bool fp8 = p.cache_dtype == DType::fp8_e4m3;
+  if (p.dtype == DType::f16) {
+    const auto kernel = fp8 ? append_rotary_kernel<__half, uint8_t> : append_rotary_kernel<__half, __half>;
+    kernel<<<grid, 32 * kAppendWarps, 0, stream>>>(p, static_cast<__half*>(q_rot));
+  } else {
+    const auto kernel =
+        fp8 ? append_rotary_kernel<__nv_bfloat16, uint8_t> : append_rotary_kernel<__nv_bfloat16, __nv_bfloat16>;
+    kernel<<<grid, 32 * kAppendWarps, 0, stream>>>(p, static_cast<__nv_bfloat16*>(q_rot));
+  }
   FA_CUDA_CHECK_LAUNCH("cuda_decode append");
   return true;
 }

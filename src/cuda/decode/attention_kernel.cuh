@@ -14,10 +14,15 @@
 // Iteration it waits until at most S - 2 groups are pending, i.e. groups 0..it (tile it) are complete
 // for this thread; the barrier then makes every thread's copies visible and guarantees that all warps
 // finished iteration it - 1, whose buffer (it - 1) % S = (it + S - 1) % S is refilled with tile
-// it + S - 1 before the math of tile it starts.
+// it + S - 1 before the math of tile it starts. An FP8 cache (Tile::kFp8Cache): the buffers hold e4m3
+// bytes; after the refill is issued the block converts buffer it % S into the one 16-bit work tile
+// (fp8_tile.cuh) and a second barrier orders that before the math. The work tile is free then: the first
+// barrier follows every warp's math of tile it - 1. The descale factors of (b, hk) scale the logits (k's)
+// and the output (v's): both products are linear in them.
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "api/problem.h"
 #include "common/kvcache.h"
@@ -25,6 +30,7 @@
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/ptx.h"
 #include "cuda/decode/decode_tile.h"
+#include "cuda/decode/fp8_tile.cuh"
 #include "cuda/decode/tile_loader.cuh"
 #include "cuda/decode/warp_attention.cuh"
 #include "cuda/decode/warpgroup_attention.cuh"
@@ -39,7 +45,7 @@ namespace flashattn::detail::cuda::decode {
 template <typename Tile, typename T>
 __device__ __forceinline__ void write_block_rows(const KVCacheProblem& p, const DecodeArgs& a, int64_t b, int64_t hk,
                                                  int split, int m0, const float* o_stage, const float* m_stage,
-                                                 const float* l_stage) {
+                                                 const float* l_stage, float out_factor) {
   const int d4 = int(p.head_dim / 4);
   for (int idx = threadIdx.x; idx < Tile::kRows * d4; idx += Tile::kThreads) {
     const int r = idx / d4, d = 4 * (idx % d4);
@@ -65,7 +71,7 @@ __device__ __forceinline__ void write_block_rows(const KVCacheProblem& p, const 
       }
     }
     // l >= 1 when the row saw a key: its maximal logit contributes 2^0 in the warp holding m_max.
-    const float inv = empty ? 0.0f : 1.0f / l;
+    const float inv = empty ? 0.0f : out_factor / l;
     const float lse_empty = a.num_splits == 1 ? INFINITY : -INFINITY;
     const float lse = empty ? lse_empty : (m_max + log2f(l)) * kLn2;
     if (a.num_splits == 1) {
@@ -91,15 +97,19 @@ __device__ __forceinline__ void write_block_rows(const KVCacheProblem& p, const 
 template <typename T, typename Tile, bool kPaged>
 __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
     decode_attention_kernel(const KVCacheProblem p, const DecodeArgs a) {
-  static_assert(sizeof(T) == 2, "tensor-core path: 16-bit storage types only");
+  static_assert(sizeof(T) == 2, "tensor-core path: 16-bit q, out (and K/V tiles in shared memory) only");
+  using C = std::conditional_t<Tile::kFp8Cache, uint8_t, T>;  // the cache's element type
   // 1024-byte aligned: the warpgroup shape's Q, K and V tiles (multiples of 1 KB, decode_tile.h) then
   // start on the 128-byte swizzle's 8-row atoms, which wgmma locates from the address bits
   // (cuda/common/wgmma.cuh).
   extern __shared__ __align__(1024) unsigned char smem[];
   constexpr int stages = Tile::kStages;
   T* q_smem = reinterpret_cast<T*>(smem);
-  T* k_smem = q_smem + Tile::kQElems;
-  T* v_smem = k_smem + stages * Tile::kTileElems;
+  C* k_smem = reinterpret_cast<C*>(q_smem + Tile::kQElems);  // the ring: stages of K, then of V
+  C* v_smem = k_smem + stages * Tile::kTileElems;
+  // FP8: the 16-bit tiles the math reads (else the ring's stages themselves).
+  T* k_work = reinterpret_cast<T*>(v_smem + stages * Tile::kTileElems);
+  T* v_work = k_work + Tile::kTileElems;
 
   int64_t bid = blockIdx.x;
   const int row_tile = int(bid % a.row_tiles);
@@ -150,6 +160,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
   }
 
   // The two rows of this thread (warp_attention.cuh); padding rows past a.rows act as the last row.
+  // FP8 descale factors (1 without: the products are then the same bits).
+  const float k_factor = p.k_descale.at(b, hk), v_factor = p.v_descale.at(b, hk);
   RowSlots rs;
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
@@ -159,8 +171,9 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
     rs.key_begin[k] = int(mask.key_begin(i));
     rs.key_end[k] = int(mask.key_end(i));
     rs.diagonal[k] = int(mask.diagonal(i));
-    rs.mod[k] = ScoreMod<float>{p.score.softmax_scale, p.score.softcap, alibi_slope(p.score, b, h)};
+    rs.mod[k] = ScoreMod<float>{p.score.softmax_scale * k_factor, p.score.softcap, alibi_slope(p.score, b, h)};
   }
+  rs.scale_log2 = a.scale_log2 * k_factor;
   WarpState<Tile> st;
   st.clear();
 
@@ -180,12 +193,23 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
       fetch_page_entries<Tile>(cache_rows, leftpad, ahead + 1, kv_begin, kv_end, entries);
     const int n0 = tile * Tile::kBlockN;
     const bool full = n0 >= all_begin && n0 + Tile::kBlockN <= all_end;
+    const T* k_tile;
+    const T* v_tile;
+    if constexpr (Tile::kFp8Cache) {
+      convert_kv_tile<Tile, T>(k_smem + read_buf * Tile::kTileElems, v_smem + read_buf * Tile::kTileElems, k_work,
+                               v_work);
+      if constexpr (Tile::kWgmma) wgmma::fence_proxy_async();  // generic-proxy stores read by wgmma
+      __syncthreads();
+      k_tile = k_work;
+      v_tile = v_work;
+    } else {
+      k_tile = k_smem + read_buf * Tile::kTileElems;
+      v_tile = v_smem + read_buf * Tile::kTileElems;
+    }
     if constexpr (Tile::kWgmma)
-      attend_tile_wgmma<Tile, T>(q_smem, k_smem + read_buf * Tile::kTileElems, v_smem + read_buf * Tile::kTileElems, n0,
-                                 full, rs, a, lane, st);
+      attend_tile_wgmma<Tile, T>(q_smem, k_tile, v_tile, n0, full, rs, a, lane, st);
     else
-      attend_tile<Tile, T>(q_smem, k_smem + read_buf * Tile::kTileElems, v_smem + read_buf * Tile::kTileElems, n0, full,
-                           rs, a, rw, kw, lane, st);
+      attend_tile<Tile, T>(q_smem, k_tile, v_tile, n0, full, rs, a, rw, kw, lane, st);
     fill_buf = read_buf;  // (it + S) % S: the buffer just read is the next one refilled
     read_buf = read_buf + 1 == stages ? 0 : read_buf + 1;
   }
@@ -204,7 +228,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
   float* l_stage = m_stage + Tile::kKeyWarps * Tile::kRows;
   stage_warp_state<Tile>(st, rw, kw, lane, o_stage, m_stage, l_stage);
   __syncthreads();
-  write_block_rows<Tile, T>(p, a, b, hk, split, m0, o_stage, m_stage, l_stage);
+  write_block_rows<Tile, T>(p, a, b, hk, split, m0, o_stage, m_stage, l_stage, v_factor);
 }
 
 }  // namespace flashattn::detail::cuda::decode

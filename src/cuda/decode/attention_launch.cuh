@@ -1,9 +1,10 @@
 #pragma once
 
-// Host launch code of the attention kernel for one head-dim bucket, included by attention_d64.cu,
-// attention_d128.cu and attention_d256.cu (one bucket each, so the instantiations of a bucket compile
-// in their own translation unit). Instantiations: (3 buckets x 4 row shapes + 2 buckets x the wide and
-// warpgroup shapes) x 2 dtypes x contiguous or paged = 64 kernels (the warpgroup ones hold sm_90a code only).
+// Host launch code of the attention kernel for one head-dim bucket and cache type, included by
+// attention_d{64,128,256}.cu and attention_d{64,128,256}_fp8.cu (one each, so that the instantiations of
+// a bucket and cache type compile in their own translation unit). Instantiations: (3 buckets x 4 row
+// shapes + 2 buckets x the wide and warpgroup shapes) x 2 dtypes x contiguous or paged, for 16-bit and
+// for FP8 caches: 128 kernels (the warpgroup ones hold sm_90a code only).
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -22,32 +23,32 @@
 
 namespace flashattn::detail::cuda::decode {
 
-// Calls f(TypeTag<T>{}, TypeTag<Tile>{}) for the storage type and tile of (dtype, shape).
-template <int kHeadDim, typename F>
+// Calls f(TypeTag<T>{}, TypeTag<Tile>{}) for the storage type and tile of (dtype, shape, FP8 cache or not).
+template <int kHeadDim, bool kFp8, typename F>
 void with_tile(DType dtype, RowShape shape, F&& f) {
   auto for_type = [&](auto type) {
     switch (shape) {
       case RowShape::small:
-        f(type, TypeTag<DecodeTile<kHeadDim, row_warps(RowShape::small), key_warps(RowShape::small)>>{});
+        f(type, TypeTag<DecodeTile<kHeadDim, row_warps(RowShape::small), key_warps(RowShape::small), false, kFp8>>{});
         return;
       case RowShape::narrow:
-        f(type, TypeTag<DecodeTile<kHeadDim, row_warps(RowShape::narrow), key_warps(RowShape::narrow)>>{});
+        f(type, TypeTag<DecodeTile<kHeadDim, row_warps(RowShape::narrow), key_warps(RowShape::narrow), false, kFp8>>{});
         return;
       case RowShape::medium:
-        f(type, TypeTag<DecodeTile<kHeadDim, row_warps(RowShape::medium), key_warps(RowShape::medium)>>{});
+        f(type, TypeTag<DecodeTile<kHeadDim, row_warps(RowShape::medium), key_warps(RowShape::medium), false, kFp8>>{});
         return;
       case RowShape::large:
-        f(type, TypeTag<DecodeTile<kHeadDim, row_warps(RowShape::large), key_warps(RowShape::large)>>{});
+        f(type, TypeTag<DecodeTile<kHeadDim, row_warps(RowShape::large), key_warps(RowShape::large), false, kFp8>>{});
         return;
       case RowShape::wide:
         if constexpr (kHeadDim <= 128) {
-          f(type, TypeTag<DecodeTile<kHeadDim, row_warps(RowShape::wide), key_warps(RowShape::wide)>>{});
+          f(type, TypeTag<DecodeTile<kHeadDim, row_warps(RowShape::wide), key_warps(RowShape::wide), false, kFp8>>{});
           return;
         }
         break;
       case RowShape::warpgroup:
         if constexpr (kHeadDim <= 128) {
-          f(type, TypeTag<WarpgroupTile<kHeadDim>>{});
+          f(type, TypeTag<WarpgroupTile<kHeadDim, kFp8>>{});
           return;
         }
         break;
@@ -81,10 +82,10 @@ KernelShape prepare_kernel(int device) {
   return KernelShape{Tile::kRows, Tile::kBlockN, Tile::kThreads, Tile::kSmemBytes, it->second};
 }
 
-template <int kHeadDim>
+template <int kHeadDim, bool kFp8Cache>
 KernelShape prepare_attention_for(DType dtype, RowShape shape, bool paged, int device) {
   KernelShape out;
-  with_tile<kHeadDim>(dtype, shape, [&](auto type, auto tile) {
+  with_tile<kHeadDim, kFp8Cache>(dtype, shape, [&](auto type, auto tile) {
     using T = typename decltype(type)::type;
     using Tile = typename decltype(tile)::type;
     out = paged ? prepare_kernel<T, Tile, true>(device) : prepare_kernel<T, Tile, false>(device);
@@ -92,10 +93,10 @@ KernelShape prepare_attention_for(DType dtype, RowShape shape, bool paged, int d
   return out;
 }
 
-template <int kHeadDim>
+template <int kHeadDim, bool kFp8Cache>
 void launch_attention_for(DType dtype, RowShape shape, const KVCacheProblem& p, const DecodeArgs& a, int64_t blocks,
                           size_t smem, bool after_kernel, cudaStream_t stream) {
-  with_tile<kHeadDim>(dtype, shape, [&](auto type, auto tile) {
+  with_tile<kHeadDim, kFp8Cache>(dtype, shape, [&](auto type, auto tile) {
     using T = typename decltype(type)::type;
     using Tile = typename decltype(tile)::type;
     const auto kernel =

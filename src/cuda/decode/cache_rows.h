@@ -78,13 +78,16 @@ struct CacheRows {
   FA_HD int64_t v_contiguous_row(int64_t pos) const { return v_seq + pos * v_row_stride; }
 };
 
+// Bytes of one cache element: 1 for an FP8 cache, else 2 (the decode kernels' 16-bit types).
+FA_HD int cache_elem_bytes(const KVCacheProblem& p) { return p.cache_dtype == DType::fp8_e4m3 ? 1 : 2; }
+
 // Whether a cache takes the compact paged path (CacheRows::compact_paging): paged, K and V with the same
-// page and row strides, a page's stride and page_size rows each below 2^31 bytes (16-bit elements).
-FA_HD bool uses_compact_paging(const CacheView& c) {
+// page and row strides, a page's stride and page_size rows each below 2^31 bytes (elements of elem_bytes).
+FA_HD bool uses_compact_paging(const CacheView& c, int elem_bytes) {
   constexpr int64_t kLimit = int64_t(1) << 31;
   return c.block_table != nullptr && c.k_batch_stride == c.v_batch_stride && c.k_row_stride == c.v_row_stride &&
-         c.k_batch_stride >= 0 && c.k_row_stride >= 0 && c.k_batch_stride * 2 < kLimit && c.k_row_stride * 2 < kLimit &&
-         c.page_size * c.k_row_stride * 2 < kLimit;
+         c.k_batch_stride >= 0 && c.k_row_stride >= 0 && c.k_batch_stride * elem_bytes < kLimit &&
+         c.k_row_stride * elem_bytes < kLimit && c.page_size * c.k_row_stride * elem_bytes < kLimit;
 }
 
 FA_HD CacheRows make_cache_rows(const KVCacheProblem& p, const CacheSeq& s, int64_t b, int64_t hk,
@@ -101,10 +104,11 @@ FA_HD CacheRows make_cache_rows(const KVCacheProblem& p, const CacheSeq& s, int6
   c.table = p.cache.block_table ? p.cache.block_table + b * p.cache.block_table_stride : nullptr;
   c.page = page;
   c.last_page = last_page_of(p.cache.num_blocks);
-  c.compact_paging = uses_compact_paging(p.cache);
+  const int elem = cache_elem_bytes(p);
+  c.compact_paging = uses_compact_paging(p.cache, elem);
   if (c.compact_paging) {
-    c.page_bytes = int32_t(c.k_batch_stride * 2);
-    c.row_bytes = int32_t(c.k_row_stride * 2);
+    c.page_bytes = int32_t(c.k_batch_stride * elem);
+    c.row_bytes = int32_t(c.k_row_stride * elem);
   }
   return c;
 }

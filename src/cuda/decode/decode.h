@@ -23,11 +23,12 @@ struct KernelShape {
   int blocks_per_sm = 0;  // resident blocks per SM on the device (occupancy)
 };
 
-// Opts the attention kernel of (dtype, head-dim bucket, row shape, paged or contiguous cache) into the
+// Opts the attention kernel of (dtype, head-dim bucket, row shape, FP8 or 16-bit cache, paged or contiguous
+// cache) into the
 // device's per-block shared memory limit on `device` (the current device) and reads its occupancy with
 // the tile's own shared memory, once per device. Must precede launch_attention, which picks the paged
-// instance when p.cache is paged.
-KernelShape prepare_attention(DType dtype, int bucket, RowShape shape, bool paged, int device);
+// instance when p.cache is paged and the FP8 one when p.cache_dtype is fp8_e4m3.
+KernelShape prepare_attention(DType dtype, int bucket, RowShape shape, bool fp8_cache, bool paged, int device);
 // smem: the dynamic shared memory of the launch, at least KernelShape::smem (more reserves room that
 // the kernel does not use, to limit the blocks per SM). after_kernel: a kernel of this call precedes it
 // on the stream, so it may use programmatic dependent launch (cuda/common/pdl.cuh;
@@ -35,10 +36,10 @@ KernelShape prepare_attention(DType dtype, int bucket, RowShape shape, bool page
 void launch_attention(DType dtype, int bucket, RowShape shape, const KVCacheProblem& p, const DecodeArgs& a,
                       int64_t blocks, size_t smem, bool after_kernel, cudaStream_t stream);
 
-// The per-bucket halves of the two functions above.
-template <int kHeadDim>
+// The per-bucket and per-cache-type parts of the two functions above.
+template <int kHeadDim, bool kFp8Cache>
 KernelShape prepare_attention_for(DType dtype, RowShape shape, bool paged, int device);
-template <int kHeadDim>
+template <int kHeadDim, bool kFp8Cache>
 void launch_attention_for(DType dtype, RowShape shape, const KVCacheProblem& p, const DecodeArgs& a, int64_t blocks,
                           size_t smem, bool after_kernel, cudaStream_t stream);
 

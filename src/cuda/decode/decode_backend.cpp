@@ -33,31 +33,50 @@
 
 namespace flashattn::detail::cuda::decode {
 
-KernelShape prepare_attention(DType dtype, int bucket, RowShape shape, bool paged, int device) {
+namespace {
+
+template <bool kFp8Cache>
+KernelShape prepare_bucket(DType dtype, int bucket, RowShape shape, bool paged, int device) {
   switch (bucket) {
     case 64:
-      return prepare_attention_for<64>(dtype, shape, paged, device);
+      return prepare_attention_for<64, kFp8Cache>(dtype, shape, paged, device);
     case 128:
-      return prepare_attention_for<128>(dtype, shape, paged, device);
+      return prepare_attention_for<128, kFp8Cache>(dtype, shape, paged, device);
     case 256:
-      return prepare_attention_for<256>(dtype, shape, paged, device);
+      return prepare_attention_for<256, kFp8Cache>(dtype, shape, paged, device);
     default:
       throw Error(Status::internal, "flashattn: cuda_decode: no head-dim bucket " + std::to_string(bucket));
   }
 }
 
-void launch_attention(DType dtype, int bucket, RowShape shape, const KVCacheProblem& p, const DecodeArgs& a,
-                      int64_t blocks, size_t smem, bool after_kernel, cudaStream_t stream) {
+template <bool kFp8Cache>
+void launch_bucket(DType dtype, int bucket, RowShape shape, const KVCacheProblem& p, const DecodeArgs& a,
+                   int64_t blocks, size_t smem, bool after_kernel, cudaStream_t stream) {
   switch (bucket) {
     case 64:
-      return launch_attention_for<64>(dtype, shape, p, a, blocks, smem, after_kernel, stream);
+      return launch_attention_for<64, kFp8Cache>(dtype, shape, p, a, blocks, smem, after_kernel, stream);
     case 128:
-      return launch_attention_for<128>(dtype, shape, p, a, blocks, smem, after_kernel, stream);
+      return launch_attention_for<128, kFp8Cache>(dtype, shape, p, a, blocks, smem, after_kernel, stream);
     case 256:
-      return launch_attention_for<256>(dtype, shape, p, a, blocks, smem, after_kernel, stream);
+      return launch_attention_for<256, kFp8Cache>(dtype, shape, p, a, blocks, smem, after_kernel, stream);
     default:
       throw Error(Status::internal, "flashattn: cuda_decode: no head-dim bucket " + std::to_string(bucket));
   }
+}
+
+}  // namespace
+
+KernelShape prepare_attention(DType dtype, int bucket, RowShape shape, bool fp8_cache, bool paged, int device) {
+  return fp8_cache ? prepare_bucket<true>(dtype, bucket, shape, paged, device)
+                   : prepare_bucket<false>(dtype, bucket, shape, paged, device);
+}
+
+void launch_attention(DType dtype, int bucket, RowShape shape, const KVCacheProblem& p, const DecodeArgs& a,
+                      int64_t blocks, size_t smem, bool after_kernel, cudaStream_t stream) {
+  if (p.cache_dtype == DType::fp8_e4m3)
+    launch_bucket<true>(dtype, bucket, shape, p, a, blocks, smem, after_kernel, stream);
+  else
+    launch_bucket<false>(dtype, bucket, shape, p, a, blocks, smem, after_kernel, stream);
 }
 
 namespace {
@@ -99,7 +118,7 @@ DeviceFacts device_facts(int device) {
 std::string cache_alignment_reason(const char* name, const void* ptr, int64_t batch_stride, int64_t row_stride,
                                    int64_t head_stride, const KVCacheProblem& p) {
   const CacheView& c = p.cache;
-  return unaligned16_reason(name, ptr, 2,
+  return unaligned16_reason(name, ptr, cache_elem_bytes(p),
                             {{"batch", batch_stride, c.paged() ? c.num_blocks : c.batches},
                              {"row", row_stride, c.paged() ? c.page_size : c.capacity},
                              {"head", head_stride, p.heads_k}});
@@ -114,25 +133,31 @@ int64_t packed_rows(const KVCacheProblem& p) { return p.seqlen_q * p.group_size(
 
 // Whether the cache is read at full speed by one block per SM: contiguous, or paged on the compact path
 // with pages of at least kStreamingMinPageSize rows (split_heuristic.h).
-bool streaming_cache(const CacheView& c) {
-  return !c.paged() || (uses_compact_paging(c) && c.page_size >= kStreamingMinPageSize);
+bool streaming_cache(const KVCacheProblem& p) {
+  const CacheView& c = p.cache;
+  return !c.paged() || (uses_compact_paging(c, cache_elem_bytes(p)) && c.page_size >= kStreamingMinPageSize);
 }
 
 // The row shape of the call's kernel (decode_tile.h, decode_shape): the small shape streams with at most
 // one row for each of its 4 warps.
 RowShape call_shape(const KVCacheProblem& p, const DeviceFacts& facts) {
   const int64_t rows = packed_rows(p);
-  const bool small_streams = rows <= key_warps(RowShape::small) && streaming_cache(p.cache);
-  return decode_shape(rows, decode_head_dim(p.head_dim), facts.smem_per_block_optin, small_streams, facts.wgmma);
+  const bool small_streams = rows <= key_warps(RowShape::small) && streaming_cache(p);
+  return decode_shape(rows, decode_head_dim(p.head_dim), facts.smem_per_block_optin, small_streams, facts.wgmma,
+                      p.cache_dtype == DType::fp8_e4m3);
 }
 
 std::string supports(const KVCacheProblem& p) {
   if (p.dtype != DType::f16 && p.dtype != DType::bf16)
     return std::string("dtype ") + dtype_name(p.dtype) + " (the tensor-core decode kernels take f16 and bf16)";
-  if (p.cache_dtype != p.dtype)
-    return std::string("a ") + dtype_name(p.cache_dtype) + " KV cache (FP8 caches not yet implemented)";
+  const bool fp8 = p.cache_dtype == DType::fp8_e4m3;
+  if (p.cache_dtype != p.dtype && !fp8)
+    return std::string("a ") + dtype_name(p.cache_dtype) + " KV cache beside " + dtype_name(p.dtype) + " queries";
   if (p.head_dim % 8 != 0 || p.head_dim > 256)
     return "head_dim " + std::to_string(p.head_dim) + " (multiples of 8 up to 256)";
+  // An FP8 row is copied in 16-byte chunks of 16 elements (tile_loader.cuh).
+  if (fp8 && p.head_dim % 16 != 0)
+    return "head_dim " + std::to_string(p.head_dim) + " with an fp8_e4m3 cache (multiples of 16)";
   const CacheView& c = p.cache;
   for (const std::string& r :
        {cache_alignment_reason("k_cache", c.k, c.k_batch_stride, c.k_row_stride, c.k_head_stride, p),
@@ -154,7 +179,7 @@ std::string supports(const KVCacheProblem& p) {
   const DeviceFacts facts = device_facts(int(p.device.index));
   const size_t limit = facts.smem_per_block_optin;
   const RowShape shape = call_shape(p, facts);
-  const size_t smem = decode_smem_bytes(decode_head_dim(p.head_dim), shape);
+  const size_t smem = decode_smem_bytes(decode_head_dim(p.head_dim), shape, fp8);
   if (smem > limit)
     return "needs " + std::to_string(smem) + " bytes of shared memory per block, the device allows " +
            std::to_string(limit);
@@ -185,7 +210,8 @@ void run(const KVCacheProblem& p, Stream stream) {
   const int bucket = decode_head_dim(p.head_dim);
   const DeviceFacts facts = device_facts(device);
   const RowShape shape = call_shape(p, facts);
-  const KernelShape ks = prepare_attention(p.dtype, bucket, shape, p.cache.paged(), device);
+  const KernelShape ks =
+      prepare_attention(p.dtype, bucket, shape, p.cache_dtype == DType::fp8_e4m3, p.cache.paged(), device);
 
   DecodeArgs a;
   a.group = int(p.group_size());
@@ -202,7 +228,7 @@ void run(const KVCacheProblem& p, Stream stream) {
   si.sm_count = facts.sm_count;
   si.blocks_per_sm = ks.blocks_per_sm;
   // The wide shape runs one block per SM whatever the cache (its shared memory allows no second).
-  si.streaming = si.rows <= ks.threads / 32 && (shape == RowShape::wide || streaming_cache(p.cache));
+  si.streaming = si.rows <= ks.threads / 32 && (shape == RowShape::wide || streaming_cache(p));
   si.requested = p.num_splits;
   a.num_splits = choose_num_splits(si);
 

@@ -61,13 +61,18 @@ constexpr int key_warps(RowShape s) {
 // (attn/head_dim.h): a call's head dim is padded to the next of them (zero-filled, never stored).
 constexpr int decode_head_dim(int64_t head_dim) { return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256; }
 
-template <int kHeadDim_, int kRowWarps_, int kKeyWarps_, bool kWgmma_ = false>
+// kFp8Cache: the cache holds float8 e4m3 (one byte per element) beside 16-bit q and out. Its tiles are
+// copied as bytes into a ring of stages (row-major, kHeadDim bytes a row) and, once a tile has landed,
+// converted by the whole block into one 16-bit K/V tile in the layout the products read: the math is the
+// 16-bit kernel's, the copies half its bytes.
+template <int kHeadDim_, int kRowWarps_, int kKeyWarps_, bool kWgmma_ = false, bool kFp8Cache_ = false>
 struct DecodeTile {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kRowWarps = kRowWarps_;
   static constexpr int kKeyWarps = kKeyWarps_;
   // The warpgroup shape: wgmma products, tiles in 64-element panels (tile_loader.cuh, tile_offset).
   static constexpr bool kWgmma = kWgmma_;
+  static constexpr bool kFp8Cache = kFp8Cache_;
   static constexpr int kWarps = kRowWarps * kKeyWarps;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kRows = 16 * kRowWarps;
@@ -79,16 +84,26 @@ struct DecodeTile {
   static constexpr int kChunks = kHeadDim / 8;           // 16-byte chunks of a 16-bit row
   static constexpr int kTileElems = kBlockN * kHeadDim;  // one K or one V tile
   static constexpr int kTileBytes = 2 * kTileElems * 2;  // K + V, 16-bit elements
+  // The cache's element size, and the 16-byte chunks of one cache row (what the K/V copies move).
+  static constexpr int kCacheElemBytes = kFp8Cache ? 1 : 2;
+  static constexpr int kCacheChunks = kHeadDim * kCacheElemBytes / 16;
+  // One stage of the ring: K + V as stored in the cache.
+  static constexpr int kStageBytes = 2 * kTileElems * kCacheElemBytes;
+  // The 16-bit K/V tile an FP8 stage is converted into (none for a 16-bit cache: the stages are read).
+  static constexpr int kWorkBytes = kFp8Cache ? kTileBytes : 0;
   // Pipeline depth: about 96 KB of K/V per block (3 stages at head dim 128, kStages - 1 tiles in flight
   // while one is consumed), so that two blocks share an SM and one streams while the other waits at a
   // barrier. A compile-time constant: a depth chosen per device at run time (deeper where one block has
   // the SM to itself) measured 0-6% slower on the H200 at the bandwidth-bound shapes (bench/NOTES.md).
   // The wide shape runs alone on its SM and keeps 3 stages (two 128-key tiles in flight, what two small
   // blocks of 3 stages keep).
-  static constexpr int kStages = kKeyWarps == 8           ? 3
-                                 : 98304 / kTileBytes < 2 ? 2
-                                 : 98304 / kTileBytes > 4 ? 4
-                                                          : 98304 / kTileBytes;
+  // An FP8 cache keeps the same ~96 KB per block, its 16-bit work tile included, in stages of half the
+  // bytes (as many keys in flight); the wide shape keeps 3 stages (164 KB with the work tile at D = 128).
+  static constexpr int kRingBudget = 98304 - kWorkBytes;
+  static constexpr int kStages = kKeyWarps == 8                  ? 3
+                                 : kRingBudget / kStageBytes < 2 ? 2
+                                 : kRingBudget / kStageBytes > 4 ? 4
+                                                                 : kRingBudget / kStageBytes;
   static constexpr int kQElems = kRows * kHeadDim;
   static constexpr size_t kQBytes = size_t(kQElems) * 2;
   // Epilogue staging (overlays Q and K/V once the main loop is done): per key warp, the unnormalised
@@ -102,52 +117,58 @@ struct DecodeTile {
   // Blocks that share an SM (H100/H200: 228 KB of shared memory per SM, 1 KB of it
   // reserved per block), passed to __launch_bounds__ so that registers do not cut that occupancy; but no
   // more than leave every thread 160 of the SM's 64K registers (below that the 8-warp tiles spill).
-  static constexpr int kSmemBlocksPerSm = int(233472 / (kQBytes + size_t(kStages) * kTileBytes + 1024));
+  static constexpr size_t kMainBytes = kQBytes + size_t(kStages) * kStageBytes + size_t(kWorkBytes);
+  static constexpr int kSmemBlocksPerSm = int(233472 / (kMainBytes + 1024));
   static constexpr int kRegBlocksPerSm = 65536 / (kThreads * 160);
   static constexpr int kBlocksPerSm = kSmemBlocksPerSm < kRegBlocksPerSm ? kSmemBlocksPerSm : kRegBlocksPerSm;
   static constexpr int kMinBlocksPerSm = kBlocksPerSm < 1 ? 1 : kBlocksPerSm;
 
-  static constexpr size_t kMainBytes = kQBytes + size_t(kStages) * kTileBytes;
   static constexpr size_t kSmemBytes = kMainBytes > kEpilogueBytes ? kMainBytes : kEpilogueBytes;
 
   static_assert(kWarpKeys % 16 == 0, "a key warp takes whole k-steps (16 keys) of the P.V product");
   static_assert(kChunks % 8 == 0, "the XOR swizzle permutes groups of 8 chunks (head dim >= 64)");
   static_assert(kThreads % kChunks == 0 && kBlockN % (kThreads / kChunks) == 0,
                 "the tile loader covers whole rows and the tile in whole passes");
+  static_assert(kThreads % kCacheChunks == 0 && kBlockN % (kThreads / kCacheChunks) == 0,
+                "the K/V copies cover whole cache rows and the tile in whole passes");
   static_assert(kHeadDim % 16 == 0, "k-steps of 16 dims");
   static_assert(!kWgmma || (kRowWarps == 4 && kKeyWarps == 1 && kBlockN == 64 && kHeadDim <= 128),
                 "one warpgroup of 64 rows, m64n64 for S and m64n(head dim) for O");
-  static_assert(!kWgmma || (kQBytes % 1024 == 0 && kTileElems * 2 % 1024 == 0),
+  static_assert(!kWgmma || (kQBytes % 1024 == 0 && kTileElems * 2 % 1024 == 0 && kStageBytes % 1024 == 0),
                 "wgmma's swizzle atoms: every tile starts 1024-byte aligned in the kernel's shared memory");
 };
 
 // The warpgroup shape's tile; it exists at head dims <= 128 only.
-template <int kHeadDim>
-using WarpgroupTile = DecodeTile<kHeadDim, 4, 1, true>;
-template <int kHeadDim>
+template <int kHeadDim, bool kFp8Cache = false>
+using WarpgroupTile = DecodeTile<kHeadDim, 4, 1, true, kFp8Cache>;
+template <int kHeadDim, bool kFp8Cache>
 constexpr size_t warpgroup_smem_bytes() {
   if constexpr (kHeadDim <= 128) {
-    return WarpgroupTile<kHeadDim>::kSmemBytes;
+    return WarpgroupTile<kHeadDim, kFp8Cache>::kSmemBytes;
   } else {
     return 0;
   }
 }
 
 // Shared memory of the kernel for a head-dim bucket and row shape (host side: supports and launch).
-template <int kHeadDim>
+template <int kHeadDim, bool kFp8Cache>
 constexpr size_t decode_smem_bytes(RowShape s) {
-  return s == RowShape::small    ? DecodeTile<kHeadDim, 1, 4>::kSmemBytes
-         : s == RowShape::narrow ? DecodeTile<kHeadDim, 2, 2>::kSmemBytes
-         : s == RowShape::medium ? DecodeTile<kHeadDim, 4, 1>::kSmemBytes
-         : s == RowShape::large  ? DecodeTile<kHeadDim, 8, 1>::kSmemBytes
-         : s == RowShape::wide   ? DecodeTile<kHeadDim, 1, 8>::kSmemBytes
-                                 : warpgroup_smem_bytes<kHeadDim>();
+  return s == RowShape::small    ? DecodeTile<kHeadDim, 1, 4, false, kFp8Cache>::kSmemBytes
+         : s == RowShape::narrow ? DecodeTile<kHeadDim, 2, 2, false, kFp8Cache>::kSmemBytes
+         : s == RowShape::medium ? DecodeTile<kHeadDim, 4, 1, false, kFp8Cache>::kSmemBytes
+         : s == RowShape::large  ? DecodeTile<kHeadDim, 8, 1, false, kFp8Cache>::kSmemBytes
+         : s == RowShape::wide   ? DecodeTile<kHeadDim, 1, 8, false, kFp8Cache>::kSmemBytes
+                                 : warpgroup_smem_bytes<kHeadDim, kFp8Cache>();
 }
 
+template <bool kFp8Cache>
 constexpr size_t decode_smem_bytes(int bucket, RowShape s) {
-  return bucket == 64    ? decode_smem_bytes<64>(s)
-         : bucket == 128 ? decode_smem_bytes<128>(s)
-                         : decode_smem_bytes<256>(s);
+  return bucket == 64    ? decode_smem_bytes<64, kFp8Cache>(s)
+         : bucket == 128 ? decode_smem_bytes<128, kFp8Cache>(s)
+                         : decode_smem_bytes<256, kFp8Cache>(s);
+}
+constexpr size_t decode_smem_bytes(int bucket, RowShape s, bool fp8_cache = false) {
+  return fp8_cache ? decode_smem_bytes<true>(bucket, s) : decode_smem_bytes<false>(bucket, s);
 }
 
 // The shape of a call: row_shape(rows), except that up to 16 rows at head dims <= 128 take the wide
@@ -160,11 +181,12 @@ constexpr size_t decode_smem_bytes(int bucket, RowShape s) {
 //
 // `wgmma`: the device runs the library's sm_90a kernels; then more than 32 rows at head dims <= 128 take
 // the warpgroup shape.
-constexpr RowShape decode_shape(int64_t rows, int bucket, size_t smem_limit, bool small_streams, bool wgmma = false) {
+constexpr RowShape decode_shape(int64_t rows, int bucket, size_t smem_limit, bool small_streams, bool wgmma = false,
+                                bool fp8_cache = false) {
   const RowShape s = row_shape(rows);
   if (wgmma && rows > 32 && bucket <= 128) return RowShape::warpgroup;
   if (s == RowShape::small && !small_streams && bucket <= 128 &&
-      decode_smem_bytes(bucket, RowShape::wide) <= smem_limit)
+      decode_smem_bytes(bucket, RowShape::wide, fp8_cache) <= smem_limit)
     return RowShape::wide;
   return s;
 }

@@ -60,10 +60,11 @@ __device__ __forceinline__ void load_q_tile(const KVCacheProblem& p, const Decod
 // into a valid allocation. (Kept here rather than in cuda/common/ptx.h, which this backend does not own.)
 __device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p)); }
 
-// The rows thread t copies in a K/V tile: chunk c = t % kChunks of rows t / kChunks + pass * kRowsPerPass.
+// The rows thread t copies in a K/V tile: chunk c = t % kCacheChunks of rows t / kCacheChunks + pass *
+// kRowsPerPass (16-byte chunks of the cache's rows: 8 elements of a 16-bit cache, 16 of an FP8 one).
 template <typename Tile>
 struct TileRows {
-  static constexpr int kRowsPerPass = Tile::kThreads / Tile::kChunks;
+  static constexpr int kRowsPerPass = Tile::kThreads / Tile::kCacheChunks;
   static constexpr int kPasses = Tile::kBlockN / kRowsPerPass;
 };
 
@@ -74,7 +75,7 @@ struct TileRows {
 // With compact paging (cache_rows.h) each lane reads one key: the warp's threads copy kWarpKeys distinct
 // keys (kRowsPerWarpPass per pass), so lane j < kWarpKeys divides, reads and turns into a byte offset the
 // key of slot j = pass * kRowsPerWarpPass + row, and the copying threads take the offsets by shuffles.
-// Otherwise every thread reads the entries of all its rows (the kChunks threads of a row read the same
+// Otherwise every thread reads the entries of all its rows (the kCacheChunks threads of a row read the same
 // entry), keeping the rows' positions in their pages except with more than 8 rows per thread (head dim
 // 256 in the 4-warp shape), where 16 more live registers spilled: there the copies divide again. Per
 // tile and thread (D = 128, 4 warps, SASS): the per-row way ~100 instructions for the entries and ~290
@@ -83,9 +84,9 @@ struct TileRows {
 // (bench/NOTES.md).
 template <typename Tile>
 struct PageEntries {
-  static constexpr int kRowsPerWarpPass = 32 / Tile::kChunks;
+  static constexpr int kRowsPerWarpPass = 32 / Tile::kCacheChunks;
   static constexpr int kWarpKeys = TileRows<Tile>::kPasses * kRowsPerWarpPass;
-  static_assert(32 % Tile::kChunks == 0 && kWarpKeys <= 32, "a warp's keys of one tile fit its lanes");
+  static_assert(32 % Tile::kCacheChunks == 0 && kWarpKeys <= 32, "a warp's keys of one tile fit its lanes");
   static constexpr bool kKeepInPage = TileRows<Tile>::kPasses <= 8;
   // Per row: its page (block-table entry) and its position in the page. With compact paging only [0]
   // is used, for this lane's key slot, and in_page[0] holds the position times row_bytes.
@@ -114,7 +115,7 @@ __device__ __forceinline__ void fetch_page_entries(const CacheRows& rows, int le
     e.block[0] = key >= kv_begin && key < kv_end ? clamp_page(rows.table[index], rows.last_page) : 0;
     e.in_page[0] = in_page * uint32_t(rows.row_bytes);
   } else {
-    const int first_key = tile * Tile::kBlockN + int(threadIdx.x) / Tile::kChunks;
+    const int first_key = tile * Tile::kBlockN + int(threadIdx.x) / Tile::kCacheChunks;
 #pragma unroll
     for (int pass = 0; pass < R::kPasses; ++pass) {
       const int key = first_key + pass * R::kRowsPerPass;
@@ -141,7 +142,9 @@ __device__ __forceinline__ void fetch_page_entries(const CacheRows& rows, int le
 // Issues the copies of K/V tile `tile` (keys [tile * kBlockN, +kBlockN) of the sequence's attended keys,
 // at cache positions leftpad + key) into k_smem/v_smem (no commit). Only keys in [kv_begin, kv_end) are
 // read; the others (outside every row's window, or past the sequence) are zero-filled. `e` holds the
-// tile's page entries (fetch_page_entries) for a paged cache and is ignored otherwise.
+// tile's page entries (fetch_page_entries) for a paged cache and is ignored otherwise. C is the cache's
+// element type: T, copied into tile_offset's layout, or uint8_t (FP8), copied row-major into a ring stage
+// (kHeadDim bytes a row) for convert_kv_tile.
 //
 // A contiguous cache holds the rows of one (sequence, kv head) at a fixed stride: a pass adds a
 // constant to the source pointers. Computing each row's address from its position instead (64-bit
@@ -150,30 +153,33 @@ __device__ __forceinline__ void fetch_page_entries(const CacheRows& rows, int le
 // page and row offsets (its division by the page size was done with its entry read) to per-thread base
 // pointers that already hold the head and chunk offsets; with compact paging (cache_rows.h) the lane of
 // the row's slot computed its byte offset, the same for K and V, and two shuffles bring it over.
-template <typename Tile, bool kPaged, typename T>
+template <typename Tile, bool kPaged, typename C>
 __device__ __forceinline__ void load_kv_tile(const KVCacheProblem& p, const CacheRows& rows, int leftpad, int tile,
-                                             int kv_begin, int kv_end, const PageEntries<Tile>& e, T* k_smem,
-                                             T* v_smem) {
+                                             int kv_begin, int kv_end, const PageEntries<Tile>& e, C* k_smem,
+                                             C* v_smem) {
+  static_assert(sizeof(C) == size_t(Tile::kCacheElemBytes), "the cache's element type");
   using R = TileRows<Tile>;
-  const T* k = static_cast<const T*>(p.cache.k);
-  const T* v = static_cast<const T*>(p.cache.v);
-  const int c = threadIdx.x % Tile::kChunks;
-  const bool chunk_valid = c < int(p.head_dim / 8);
-  const int row0 = int(threadIdx.x) / Tile::kChunks;
+  constexpr int kChunkElems = 16 / int(sizeof(C));
+  const C* k = static_cast<const C*>(p.cache.k);
+  const C* v = static_cast<const C*>(p.cache.v);
+  const int c = threadIdx.x % Tile::kCacheChunks;
+  const bool chunk_valid = c < int(p.head_dim / kChunkElems);
+  const int row0 = int(threadIdx.x) / Tile::kCacheChunks;
   const int first_key = tile * Tile::kBlockN + row0;
   const uint32_t k_base = ptx::smem_addr(k_smem), v_base = ptx::smem_addr(v_smem);
   // Byte offset of this thread's chunk in pass `pass`'s row (a constant step where kRowsPerPass is a
   // multiple of the swizzle period, 8).
   auto dst = [&](int pass) {
-    return uint32_t(tile_offset<Tile, Tile::kBlockN>(row0 + pass * R::kRowsPerPass, c) * int(sizeof(T)));
+    if constexpr (Tile::kFp8Cache) return uint32_t((row0 + pass * R::kRowsPerPass) * Tile::kHeadDim + 16 * c);
+    return uint32_t(tile_offset<Tile, Tile::kBlockN>(row0 + pass * R::kRowsPerPass, c) * int(sizeof(C)));
   };
   // Every key of the tile visible: no per-row test (all tiles but the first and last of a range).
   const bool interior = tile * Tile::kBlockN >= kv_begin && (tile + 1) * Tile::kBlockN <= kv_end;
 
   if constexpr (!kPaged) {
     const int64_t pos = int64_t(leftpad) + first_key;
-    const T* k_src = k + rows.k_head + 8 * c + rows.k_contiguous_row(pos);
-    const T* v_src = v + rows.v_head + 8 * c + rows.v_contiguous_row(pos);
+    const C* k_src = k + rows.k_head + kChunkElems * c + rows.k_contiguous_row(pos);
+    const C* v_src = v + rows.v_head + kChunkElems * c + rows.v_contiguous_row(pos);
     const int64_t k_step = int64_t(R::kRowsPerPass) * rows.k_row_stride;
     const int64_t v_step = int64_t(R::kRowsPerPass) * rows.v_row_stride;
 #pragma unroll
@@ -194,11 +200,11 @@ __device__ __forceinline__ void load_kv_tile(const KVCacheProblem& p, const Cach
     // This lane's slot offset (its entry has arrived by now), then each row's from the lane of its slot.
     const uint64_t mine = rows.compact_row_bytes(e.block[0], e.in_page[0]);
     const uint32_t lo = uint32_t(mine), hi = uint32_t(mine >> 32);
-    const int row_in_warp = int(threadIdx.x) % 32 / Tile::kChunks;
+    const int row_in_warp = int(threadIdx.x) % 32 / Tile::kCacheChunks;
     // Every source address is valid without a select: a key outside the range has entry 0 and a row
     // inside page 0, and a chunk past the head dim reads from the row's start (neither copies a byte).
-    const char* k_row = reinterpret_cast<const char*>(chunk_valid ? k + rows.k_head + 8 * c : k);
-    const char* v_row = reinterpret_cast<const char*>(chunk_valid ? v + rows.v_head + 8 * c : v);
+    const char* k_row = reinterpret_cast<const char*>(chunk_valid ? k + rows.k_head + kChunkElems * c : k);
+    const char* v_row = reinterpret_cast<const char*>(chunk_valid ? v + rows.v_head + kChunkElems * c : v);
 #pragma unroll
     for (int pass = 0; pass < R::kPasses; ++pass) {
       const int key = first_key + pass * R::kRowsPerPass;
@@ -219,14 +225,14 @@ __device__ __forceinline__ void load_kv_tile(const KVCacheProblem& p, const Cach
       return position;
     }
   };
-  const T* k_chunk = k + rows.k_head + 8 * c;
-  const T* v_chunk = v + rows.v_head + 8 * c;
+  const C* k_chunk = k + rows.k_head + kChunkElems * c;
+  const C* v_chunk = v + rows.v_head + kChunkElems * c;
 #pragma unroll
   for (int pass = 0; pass < R::kPasses; ++pass) {
     const int key = first_key + pass * R::kRowsPerPass;
     const bool valid = chunk_valid && (interior || (key >= kv_begin && key < kv_end));
-    const T* k_src = k_chunk + rows.k_paged_row(e.block[pass], in_page(pass));
-    const T* v_src = v_chunk + rows.v_paged_row(e.block[pass], in_page(pass));
+    const C* k_src = k_chunk + rows.k_paged_row(e.block[pass], in_page(pass));
+    const C* v_src = v_chunk + rows.v_paged_row(e.block[pass], in_page(pass));
     ptx::cp_async_16(k_base + dst(pass), valid ? k_src : k, valid);
     ptx::cp_async_16(v_base + dst(pass), valid ? v_src : v, valid);
   }

@@ -29,6 +29,7 @@ struct RowSlots {
   int key_begin[2], key_end[2];  // visible keys [key_begin, key_end)
   int diagonal[2];               // key aligned with the row's query (ALiBi distance origin)
   ScoreMod<float> mod[2];        // used when DecodeArgs::score_mod
+  float scale_log2;              // used otherwise: DecodeArgs::scale_log2 times the FP8 k descale factor
 };
 
 template <typename Tile>
@@ -67,7 +68,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[Tile::kWarpKeys / 8][4],
       const int slot = e >> 1;
       const int key = first_key + 8 * j + 2 * t + (e & 1);
       float x = s[j][e];
-      x = a.score_mod ? rs.mod[slot](x, rs.diagonal[slot] - key) * kLog2e : x * a.scale_log2;
+      x = a.score_mod ? rs.mod[slot](x, rs.diagonal[slot] - key) * kLog2e : x * rs.scale_log2;
       if (!full && (key < rs.key_begin[slot] || key >= rs.key_end[slot])) x = -INFINITY;
       s[j][e] = x;
     }

@@ -104,7 +104,7 @@ KVOutputs run_kvcache_via(const KVInputs& in, const std::string& backend, Device
   DeviceTensor q(in.q, device), kc(in.k_cache, device), vc(in.v_cache, device), kn(in.k_new, device),
       vn(in.v_new, device), cos(in.rotary_cos, device), sin(in.rotary_sin, device), alibi(in.alibi, device),
       lens(in.cache_seqlens, device), bidx(in.cache_batch_idx, device), pad(in.cache_leftpad, device),
-      table(in.block_table, device);
+      table(in.block_table, device), kd(in.k_descale, device), vd(in.v_descale, device);
   HostTensor out(c.dtype, in.q.shape()), lse(DType::f32, {c.batch, c.heads, c.seqlen_q});
   out.poison();
   lse.poison();
@@ -132,6 +132,8 @@ KVOutputs run_kvcache_via(const KVInputs& in, const std::string& backend, Device
   p.options.softcap = c.softcap;
   p.options.backend = backend;
   p.num_splits = c.num_splits;
+  p.k_descale = kd.view();
+  p.v_descale = vd.view();
   call(p);
   return KVOutputs{d_out.download(), d_lse.download(), kc.download(), vc.download()};
 }

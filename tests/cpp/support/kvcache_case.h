@@ -36,6 +36,7 @@ struct KVInputs {
   KVConfig cfg;
   HostTensor q, k_cache, v_cache, k_new, v_new, rotary_cos, rotary_sin, alibi;
   HostTensor cache_seqlens, cache_batch_idx, cache_leftpad, block_table;
+  HostTensor k_descale, v_descale;  // FP8 caches: optional fp32 (batch, heads_k), never made by make_kv_inputs
 };
 
 KVInputs make_kv_inputs(const KVConfig& cfg, uint64_t seed);
