@@ -170,7 +170,7 @@ struct RowTask {
   float* l;
 };
 
-template <DType DT, int NS, bool Tail>
+template <typename S, int NS, bool Tail>
 void attend_decode_impl(const AttnCall& c, const AttnSeq* seqs, int64_t heads, int64_t k0, int64_t k1,
                         const DecodePartial* out, float* scratch) {
   const int64_t D = c.head_dim, Dp = strips_of(D) * kLanes, R = seqs[0].rows(c);
@@ -195,7 +195,7 @@ void attend_decode_impl(const AttnCall& c, const AttnSeq* seqs, int64_t heads, i
         lo = std::min(lo, row.key_begin);
         hi = std::max(hi, row.key_end);
       }
-      load_query<DT>(c, s, row.i, row.h, w.q + (hd * kDecodeMaxRows + r) * Dp);
+      load_query<S::q>(c, s, row.i, row.h, w.q + (hd * kDecodeMaxRows + r) * Dp);
       float* acc = w.acc + (hd * kDecodeMaxRows + r) * Dp;
       std::fill(acc, acc + Dp, 0.0f);
       out[hd].m[r] = -INFINITY;
@@ -234,7 +234,7 @@ void attend_decode_impl(const AttnCall& c, const AttnSeq* seqs, int64_t heads, i
       for (int64_t j = g; j < g + m; ++j)
         for (int64_t t = 0; t < count; ++t) {
           const RowTask& a = tasks[t];
-          store(a.part + (j - g) * kLanes, dot_partial<DT, NS, Tail>(a.q, a.k, a.k_off[j], full_chunks, dim));
+          store(a.part + (j - g) * kLanes, dot_partial<S::kv, NS, Tail>(a.q, a.k, a.k_off[j], full_chunks, dim));
         }
       for (int64_t t = 0; t < count; ++t) {
         const RowTask& a = tasks[t];
@@ -253,7 +253,7 @@ void attend_decode_impl(const AttnCall& c, const AttnSeq* seqs, int64_t heads, i
     for (int64_t j = 0; j < n; ++j)
       for (int64_t t = 0; t < count; ++t) {
         const RowTask& a = tasks[t];
-        pv_key<DT, NS, Tail>(a.acc, a.scores[j], a.v, a.v_off[j], full_chunks, dim);
+        pv_key<S::kv, NS, Tail>(a.acc, a.scores[j], a.v, a.v_off[j], full_chunks, dim);
       }
   }
   for (int64_t hd = 0; hd < heads; ++hd)
@@ -263,7 +263,7 @@ void attend_decode_impl(const AttnCall& c, const AttnSeq* seqs, int64_t heads, i
     }
 }
 
-template <DType DT>
+template <typename S>
 void finish_decode_impl(const AttnCall& c, const AttnSeq& s, const DecodePartial* parts, int64_t n, float* scratch) {
   const int64_t D = c.head_dim, R = s.rows(c);
   Carver mem(scratch);
@@ -283,7 +283,7 @@ void finish_decode_impl(const AttnCall& c, const AttnSeq& s, const DecodePartial
       const float* acc = parts[k].acc + r * parts[k].acc_stride;
       for (int64_t d = 0; d < D; ++d) w.merged[d] += acc[d] * f;
     }
-    write_output_row<DT>(c, s, r / c.group, s.hk * c.group + r % c.group, w.merged, m, l);
+    write_output_row<S::out>(c, s, r / c.group, s.hk * c.group + r % c.group, w.merged, m, l);
   }
 }
 
@@ -297,24 +297,31 @@ int64_t decode_scratch_floats(const AttnCall& c, int64_t heads) {
 
 void attend_decode(const AttnCall& c, const AttnSeq* seqs, int64_t heads, int64_t k0, int64_t k1,
                    const DecodePartial* out, float* scratch) {
-  dispatch_dtype(c.dtype, [&](auto dt) {
-    constexpr DType DT = decltype(dt)::value;
-    // The engine's instance for the last head-dim chunk: NS = 1..kChunkStrips strips, the last one partial
-    // when head_dim % 16 != 0.
-    const int ns = int((strips_of(c.head_dim) - 1) % kChunkStrips + 1);
-    const bool tail = c.head_dim % kLanes != 0;
-    [&]<int... I>(std::integer_sequence<int, I...>) {
-      ((ns == I + 1 ? (tail ? attend_decode_impl<DT, I + 1, true>(c, seqs, heads, k0, k1, out, scratch)
-                            : attend_decode_impl<DT, I + 1, false>(c, seqs, heads, k0, k1, out, scratch))
-                    : void()),
-       ...);
+  // Instances for one storage type, or an FP8 cache beside 16/32-bit queries (FP8 queries take the tiled
+  // engine: attend_all).
+  dispatch_storage(c.dtype, c.kv_dtype, [&](auto storage) {
+    using S = decltype(storage);
+    if constexpr (S::q != DType::fp8_e4m3) {
+      // The engine's instance for the last head-dim chunk: NS = 1..kChunkStrips strips, the last one
+      // partial when head_dim % 16 != 0.
+      const int ns = int((strips_of(c.head_dim) - 1) % kChunkStrips + 1);
+      const bool tail = c.head_dim % kLanes != 0;
+      [&]<int... I>(std::integer_sequence<int, I...>) {
+        ((ns == I + 1 ? (tail ? attend_decode_impl<S, I + 1, true>(c, seqs, heads, k0, k1, out, scratch)
+                              : attend_decode_impl<S, I + 1, false>(c, seqs, heads, k0, k1, out, scratch))
+                      : void()),
+         ...);
+      }
+      (std::make_integer_sequence<int, kChunkStrips>{});
     }
-    (std::make_integer_sequence<int, kChunkStrips>{});
   });
 }
 
 void finish_decode(const AttnCall& c, const AttnSeq& s, const DecodePartial* parts, int64_t n, float* scratch) {
-  dispatch_dtype(c.dtype, [&](auto dt) { finish_decode_impl<decltype(dt)::value>(c, s, parts, n, scratch); });
+  dispatch_storage(c.dtype, c.kv_dtype, [&](auto storage) {
+    using S = decltype(storage);
+    if constexpr (S::q != DType::fp8_e4m3) finish_decode_impl<S>(c, s, parts, n, scratch);
+  });
 }
 
 }  // namespace flashattn::detail::cpu_flash::FLASH_ISA

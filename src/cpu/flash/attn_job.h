@@ -67,8 +67,6 @@ struct AttnCall {
   bool softcap() const { return cap2 > 0.0f; }
   bool alibi() const { return score.alibi_slopes != nullptr; }
   bool dropout_on() const { return dropout.p > 0.0f; }
-  // FP8 k / v run the tiled engine only (the decode engine reads 16/32-bit storage, one type per call).
-  bool fp8() const { return kv_dtype == DType::fp8_e4m3; }
 };
 
 inline AttnCall make_call(DType dtype, int64_t heads, int64_t heads_k, int64_t head_dim, const ScoreParams& score,

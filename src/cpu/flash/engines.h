@@ -16,7 +16,7 @@ namespace flashattn::detail::cpu_flash::FLASH_ISA {
 int64_t tiled_scratch_floats(const AttnCall& c, TileShape shape);
 void attend_tiled(const AttnCall& c, const AttnSeq& s, TileShape shape, int64_t r0, int64_t r1, float* scratch);
 
-// Decode path for few rows (<= kDecodeMaxRows per kv head), 16/32-bit storage only (!c.fp8()): all
+// Decode path for few rows (<= kDecodeMaxRows per kv head), 16/32-bit queries (an FP8 cache included): all
 // rows of `heads` (<= kDecodeMaxHeads) kv heads of one sequence (seqs[0 .. heads), same b, sq, sk) against
 // keys [k0, k1), vectorised over head dim and keys. Leaves per head the unnormalised accumulator (rows x
 // head_dim, row stride acc_stride), the row max m (log2 units) and sum l, so that key splits can be merged.

@@ -74,7 +74,7 @@ void attend_all(const AttnCall& c, const std::vector<AttnSeq>& seqs, const std::
     const AttnSeq& s = seqs[size_t(k)];
     const int64_t R = s.rows(c);
     if (R == 0) continue;
-    if (R <= kDecodeMaxRows && !c.fp8()) {
+    if (R <= kDecodeMaxRows && c.dtype != DType::fp8_e4m3) {
       const bool extend = !groups.empty() && groups.back().heads < heads_per_pass &&
                           seqs[size_t(groups.back().seq)].b == s.b && groups.back().seq + groups.back().heads == k;
       if (extend) {
