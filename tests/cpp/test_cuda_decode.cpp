@@ -212,6 +212,35 @@ TEST(CudaDecodeHost, SharedMemoryFitsSm80) {
   EXPECT_EQ((dec::DecodeTile<64, 8, 1>::kStages), 4);   // 16 KB tiles: capped at 4
 }
 
+// FP8 caches (decode_tile.h, kFp8Cache): stages of e4m3 bytes (half a 16-bit tile) plus one 16-bit work
+// tile, within the 16-bit kernels' ~96 KB budget, so that the same blocks per SM fit; every shape fits an
+// sm_80 block, the wide one an sm_90 block; the copies move 16 elements per 16-byte chunk.
+TEST(CudaDecodeHost, Fp8CacheTilesFit) {
+  constexpr size_t kH100 = 232448, kA100 = 166912;
+  using dec::RowShape;
+  for (int bucket : {64, 128, 256})
+    for (RowShape s : {RowShape::small, RowShape::narrow, RowShape::medium, RowShape::large}) {
+      EXPECT_LE(dec::decode_smem_bytes(bucket, s, true), kA100) << bucket << " " << int(s);
+      EXPECT_LE(dec::decode_smem_bytes(bucket, s, true), dec::decode_smem_bytes(bucket, s) + 16384)
+          << bucket << " " << int(s);
+    }
+  for (int bucket : {64, 128})
+    for (RowShape s : {RowShape::wide, RowShape::warpgroup})
+      EXPECT_LE(dec::decode_smem_bytes(bucket, s, true), kH100) << bucket << " " << int(s);
+  using Small = dec::DecodeTile<128, 1, 4, false, true>;
+  EXPECT_EQ(Small::kCacheChunks, 8);
+  EXPECT_EQ(Small::kStageBytes, 16384);
+  EXPECT_EQ(Small::kStages, 4);
+  EXPECT_EQ(Small::kSmemBytes, size_t(4096 + 4 * 16384 + 32768));
+  EXPECT_EQ(Small::kMinBlocksPerSm, (dec::DecodeTile<128, 1, 4>::kMinBlocksPerSm));
+  using Wide = dec::DecodeTile<128, 1, 8, false, true>;
+  EXPECT_EQ(Wide::kStages, 3);
+  EXPECT_EQ(Wide::kSmemBytes, size_t(4096 + 3 * 32768 + 65536));
+  using Warpgroup = dec::WarpgroupTile<128, true>;
+  EXPECT_EQ(Warpgroup::kSmemBytes % 1024, size_t(0));
+  EXPECT_EQ((dec::DecodeTile<256, 1, 4, false, true>::kCacheChunks), 16);
+}
+
 TEST(CudaDecodeHost, SplitHeuristic) {
   dec::SplitInputs in;
   in.block_n = 64;
