@@ -48,4 +48,10 @@ std::string capability_reason(const Backend& b, const KVCacheProblem& p);
 // Every backend compiled in, in preference order: dispatch takes the first that supports a call.
 const std::vector<Backend>& registry();
 
+// For a backend that runs a forward call by turning it into another one (cuda_fp8: FP8 inputs into bf16
+// ones): runs `p` where the dispatcher would run it had the user made that call (no backend named, head
+// dims padded as for any call), and says why no backend of its device would ("" when one would).
+void dispatch_forward(const FwdProblem& p, Stream stream);
+std::string forward_unsupported_reason(const FwdProblem& p);
+
 }  // namespace flashattn::detail

@@ -13,6 +13,7 @@ const Backend& cpu_reference_backend();
 const Backend& cuda_sm90_backend();
 const Backend& cuda_sm80_backend();
 const Backend& cuda_decode_backend();
+const Backend& cuda_fp8_backend();
 const Backend& cuda_naive_backend();
 const Backend& cuda_fa1_simt_backend();
 const Backend& cuda_fa2_simt_backend();

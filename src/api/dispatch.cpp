@@ -157,6 +157,20 @@ void dispatch(const Problem& p, const std::string& forced, Stream stream) {
 }
 
 }  // namespace
+
+void dispatch_forward(const FwdProblem& p, Stream stream) { dispatch(p, std::string(), stream); }
+
+std::string forward_unsupported_reason(const FwdProblem& p) {
+  std::string reasons;
+  for (const Backend& b : registry()) {
+    if (b.device != p.device.type) continue;
+    const std::string why = default_reason(b, p);
+    if (why.empty()) return {};
+    reasons += std::string(reasons.empty() ? "" : "; ") + b.name + ": " + why;
+  }
+  return reasons;
+}
+
 }  // namespace detail
 
 void forward(const FwdParams& params, Stream stream) {

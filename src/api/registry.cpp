@@ -10,6 +10,7 @@ const std::vector<Backend>& registry() {
     cuda_sm90_backend(),  // ahead of cuda_sm80, which it leaves the calls it declines or defers
     cuda_sm80_backend(),
     cuda_decode_backend(),
+    cuda_fp8_backend(),  // FP8 forward through bf16 copies, until a native FP8 kernel
     cuda_fa2_simt_backend(),
     cuda_fa1_simt_backend(),
     cuda_naive_backend(),

@@ -109,9 +109,9 @@ TEST(PagedVarlen, BackendsWithoutTheFeatureDecline) {
     const std::string why = capability_reason(Backend{}, pr);
     EXPECT_NE(why.find(page ? "block_table" : "seqused_k"), std::string::npos) << why;
     for (const Backend& b : registry())
-      EXPECT_EQ(capability_reason(b, pr).empty(), b.device == flashattn::DeviceType::cpu ||
-                                                      std::string(b.name) == "cuda_sm80" ||
-                                                      std::string(b.name) == "cuda_sm90")
+      EXPECT_EQ(capability_reason(b, pr).empty(),
+                b.device == flashattn::DeviceType::cpu || std::string(b.name) == "cuda_sm80" ||
+                    std::string(b.name) == "cuda_sm90" || std::string(b.name) == "cuda_fp8")
           << b.name;
   }
 }

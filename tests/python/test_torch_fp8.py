@@ -42,15 +42,21 @@ def check(got, ref, lowp_ref):
     assert err <= bound, (err, bound)
 
 
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("with_descale", [True, False])
-def test_fp8_dense_matches_the_dequantised_reference(causal, with_descale):
+def test_fp8_dense_matches_the_dequantised_reference(causal, with_descale, device):
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
     gen = torch.Generator().manual_seed(3)
     b, sq, sk, h, hk, d = 2, 19, 33, 8, 2, 64
     q, k, v = quantised((b, sq, h, d), gen), quantised((b, sk, hk, d), gen), quantised((b, sk, hk, d), gen)
     descales = [torch.rand((b, hk), generator=gen) * 1.75 + 0.25 if with_descale else None for _ in range(3)]
-    out = flashattn.flash_attn_func(q, k, v, causal=causal, q_descale=descales[0], k_descale=descales[1],
-                                    v_descale=descales[2])
+    dev = torch.device(device)
+    out = flashattn.flash_attn_func(q.to(dev), k.to(dev), v.to(dev), causal=causal,
+                                    **{name: None if x is None else x.to(dev)
+                                       for name, x in zip(("q_descale", "k_descale", "v_descale"), descales)})
+    out = out.cpu()
     qd, kd, vd = (dequantised(x, s) for x, s in zip((q, k, v), descales))
     ref, _ = attention(qd, kd, vd, causal=causal)
     lowp, _ = attention(*(torch.from_numpy(x).to(torch.bfloat16).to(torch.float64).numpy() for x in (qd, kd, vd)),
