@@ -117,11 +117,11 @@ function(flashattn_add_cuda_sources target)
                                 ${PROJECT_SOURCE_DIR}/src/cuda/sm90/backend.cpp
                                 ${PROJECT_SOURCE_DIR}/src/cuda/sm90/launch_bwd.cu TARGET_DIRECTORY ${target}
                                 PROPERTIES COMPILE_DEFINITIONS FLASHATTN_SM90A=1)
-    # The Hopper forward's buckets are 64, 128 and 256 (src/cuda/sm90/fwd_tile.h): one instance file per
+    # The Hopper forward's buckets are 64, 128, 192 and 256 (src/cuda/sm90/fwd_tile.h): one instance file per
     # compiled one, generated from src/cuda/sm90/fwd_hdim.cu.in like sm80's. They hold sm_90a instructions
     # only, so they are built for 90a alone, in an object library of their own.
     set(_fa_sm90_buckets ${_fa_head_dims})
-    list(FILTER _fa_sm90_buckets INCLUDE REGEX "^(64|128|256)$")
+    list(FILTER _fa_sm90_buckets INCLUDE REGEX "^(64|128|192|256)$")
     flashattn_generate_instances(_fa_sm90_fwd sm90 "fwd" "${_fa_sm90_buckets}")
     # The backward's buckets are 64 and 128 (src/cuda/sm90/bwd_tile.h): larger head dims stay with sm80.
     set(_fa_sm90_bwd_buckets ${_fa_sm90_buckets})

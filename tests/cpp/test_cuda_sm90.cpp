@@ -82,14 +82,16 @@ TEST(CudaSm90Host, TmaBoxesWriteThePanelLayout) {
   expect_tile_layout<64, 64>();
   expect_tile_layout<128, 128>();
   expect_tile_layout<80, 256>();
+  expect_tile_layout<112, 192>();
+  expect_tile_layout<128, 192>();
   expect_tile_layout<192, 64>();
 }
 
 // S = Q K^T: k-step kk of the warpgroup whose rows start at row0 reads Q[row0 + m][16 kk + k], and of the
 // K tile K[n][16 kk + k].
 TEST(CudaSm90Host, KMajorDescriptorsReadQAndK) {
-  for (int rows : {64, 80, 128, 192})
-    for (int dim : {64, 128, 256})
+  for (int rows : {64, 80, 112, 128, 192})
+    for (int dim : {64, 128, 192, 256})
       for (int row0 = 0; row0 + 64 <= rows; row0 += 64)
         for (int kk = 0; kk < dim / 16; ++kk) {
           const uint32_t start = sm90::kmajor_start(rows, row0, kk);
@@ -104,8 +106,8 @@ TEST(CudaSm90Host, KMajorDescriptorsReadQAndK) {
 
 // O += P V: k-step kk reads V[16 kk + k][n] over the whole head dim.
 TEST(CudaSm90Host, MnMajorDescriptorsReadV) {
-  for (int rows : {64, 80, 128})
-    for (int dim : {64, 128, 256})
+  for (int rows : {64, 80, 112, 128})
+    for (int dim : {64, 128, 192, 256})
       for (int kk = 0; kk < rows / 16; ++kk)
         for (int k = 0; k < 16; ++k)
           for (int n = 0; n < dim; ++n)
@@ -267,13 +269,17 @@ TEST(CudaSm90Host, TileTableFitsHopper) {
   // the persistent grid's epilogue overlaps the next Q where O has a tile of its own: D = 64 and 128
   EXPECT_TRUE(sm90::fwd_tile(64).o_separate());
   EXPECT_TRUE(sm90::fwd_tile(128).o_separate());
+  EXPECT_FALSE(sm90::fwd_tile(192).o_separate());
   EXPECT_FALSE(sm90::fwd_tile(256).o_separate());
+  EXPECT_EQ(sm90::fwd_tile(192).panels(), 3);
   EXPECT_EQ(sm90::fwd_bucket(128), 128);
   EXPECT_EQ(sm90::fwd_bucket(72), 128);
   EXPECT_EQ(sm90::fwd_bucket(64), 64);
   EXPECT_EQ(sm90::fwd_bucket(40), 64);
   EXPECT_EQ(sm90::fwd_bucket(32), 0);
-  EXPECT_EQ(sm90::fwd_bucket(136), 256);
+  EXPECT_EQ(sm90::fwd_bucket(136), 192);
+  EXPECT_EQ(sm90::fwd_bucket(192), 192);
+  EXPECT_EQ(sm90::fwd_bucket(200), 256);
   EXPECT_EQ(sm90::fwd_bucket(256), 256);
   EXPECT_EQ(sm90::fwd_bucket(264), 0);
 }
@@ -560,18 +566,18 @@ void expect_sm90_forward(const AttnConfig& cfg, uint64_t seed) {
 
 // Query counts around the 128-row tile and the 64-row warpgroup half, key counts around the 128-key tile
 // and past the two-stage ring (5 key tiles: each stage refilled twice), causal (bottom-right) and not,
-// Sq != Sk both ways, GQA 4:1, bf16 and f16, head dims 128, 72, 64, 40, 256 and 200 (72, 40 and 200
-// zero-filled by TMA past the head dim). At D = 64 the ring has four stages: 700 keys refill each stage once
-// or twice; at D = 256 the key tile is 80 (79 and 81 keys).
+// Sq != Sk both ways, GQA 4:1, bf16 and f16, head dims 128, 72, 64, 40, 256, 200, 192 and 160 (72, 40,
+// 200 and 160 zero-filled by TMA past the head dim). At D = 64 the ring has four stages: 700 keys refill
+// each stage once or twice; at D = 256 the key tile is 80 (79 and 81 keys), at D = 192 112 (113 keys).
 TEST(CudaSm90, ForwardAtTileAndStageBoundaries) {
   FA_SKIP_WITHOUT_GPU(kBackend);
   uint64_t seed = 900;
   for (int64_t sq : {1, 63, 65, 128, 129, 300})
-    for (int64_t sk : {1, 79, 81, 127, 128, 129, 640, 700})
+    for (int64_t sk : {1, 79, 81, 113, 127, 128, 129, 640, 700})
       for (bool causal : {false, true}) {
         AttnConfig c;
         c.dtype = (seed % 2) ? flashattn::DType::bf16 : flashattn::DType::f16;
-        c.head_dim = std::vector<int64_t>{128, 72, 64, 40, 256, 200}[seed % 6];
+        c.head_dim = std::vector<int64_t>{128, 72, 64, 40, 256, 200, 192, 160}[seed % 8];
         c.batch = 2;
         c.heads = 4;
         c.heads_k = (seed % 3) ? 1 : 4;
@@ -592,7 +598,7 @@ TEST(CudaSm90, ForwardAtTileAndStageBoundaries) {
 TEST(CudaSm90, SeveralWorkTilesPerCta) {
   FA_SKIP_WITHOUT_GPU(kBackend);
   uint64_t seed = 2900;
-  for (int64_t head_dim : {128, 64, 256})
+  for (int64_t head_dim : {128, 64, 256, 192})
     for (bool causal : {false, true}) {
       AttnConfig c;
       c.dtype = (seed % 2) ? flashattn::DType::bf16 : flashattn::DType::f16;
@@ -633,7 +639,7 @@ TEST(CudaSm90, VarlenAndScoreModsAtSequenceEdges) {
   uint64_t seed = 1900;
   const std::vector<std::vector<int64_t>> q_lens = {{63, 0, 300, 1, 129}, {129, 1, 0, 300, 63}};
   const std::vector<std::vector<int64_t>> k_lens = {{700, 81, 1, 128, 0}, {1, 128, 700, 81, 129}};
-  for (int64_t dim : {64, 128, 256, 96})
+  for (int64_t dim : {64, 128, 256, 96, 192, 136})
     for (size_t pairing = 0; pairing < q_lens.size(); ++pairing)
       for (bool causal : {false, true}) {
         AttnConfig c;

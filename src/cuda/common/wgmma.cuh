@@ -122,6 +122,20 @@ __device__ __forceinline__ void fence_proxy_async() {
       FA_WGMMA_ACC4(acc, 24), FA_WGMMA_ACC4(acc, 25), FA_WGMMA_ACC4(acc, 26), FA_WGMMA_ACC4(acc, 27),                  \
       FA_WGMMA_ACC4(acc, 28), FA_WGMMA_ACC4(acc, 29), FA_WGMMA_ACC4(acc, 30), FA_WGMMA_ACC4(acc, 31)
 #define FA_WGMMA_D40 FA_WGMMA_D32 ", %32, %33, %34, %35, %36, %37, %38, %39"
+#define FA_WGMMA_ACC56(acc)                                                                                          \
+  FA_WGMMA_ACC32(acc), FA_WGMMA_ACC4(acc, 8), FA_WGMMA_ACC4(acc, 9), FA_WGMMA_ACC4(acc, 10), FA_WGMMA_ACC4(acc, 11), \
+      FA_WGMMA_ACC4(acc, 12), FA_WGMMA_ACC4(acc, 13)
+#define FA_WGMMA_D56                                                                                                \
+  FA_WGMMA_D32                                                                                                      \
+      ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, " \
+      "%53, %54, %55"
+#define FA_WGMMA_ACC96(acc)                                                                                            \
+  FA_WGMMA_ACC64(acc), FA_WGMMA_ACC4(acc, 16), FA_WGMMA_ACC4(acc, 17), FA_WGMMA_ACC4(acc, 18), FA_WGMMA_ACC4(acc, 19), \
+      FA_WGMMA_ACC4(acc, 20), FA_WGMMA_ACC4(acc, 21), FA_WGMMA_ACC4(acc, 22), FA_WGMMA_ACC4(acc, 23)
+#define FA_WGMMA_D96                                                                                  \
+  FA_WGMMA_D64                                                                                        \
+  ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, " \
+  "%83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
 #define FA_WGMMA_D128                                                                                 \
   FA_WGMMA_D64                                                                                        \
   ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, " \
@@ -169,7 +183,7 @@ __device__ __forceinline__ void mma_ss_m64n64k16_tt(float (&acc)[8][4], uint64_t
 #endif
 }
 
-// acc += A B, m64nNk16 (N = 8 kN: 80 or 128), operands as above (the S tiles of the sm90 forward).
+// acc += A B, m64nNk16 (N = 8 kN: 80, 112 or 128), operands as above (the S tiles of the sm90 forward).
 #define FA_WGMMA_SS_M64N80(TYPE)                                                                               \
   asm volatile(FA_WGMMA_PRED(42) "wgmma.mma_async.sync.aligned.m64n80k16.f32." TYPE "." TYPE " {" FA_WGMMA_D40 \
                                  "}, %40, %41, p, 1, 1, 0, 0;\n}\n"                                            \
@@ -180,15 +194,24 @@ __device__ __forceinline__ void mma_ss_m64n64k16_tt(float (&acc)[8][4], uint64_t
                                  "}, %64, %65, p, 1, 1, 0, 0;\n}\n"                                             \
                : FA_WGMMA_ACC64(acc)                                                                            \
                : "l"(desc_a), "l"(desc_b), "r"(1))
+#define FA_WGMMA_SS_M64N112(TYPE)                                                                               \
+  asm volatile(FA_WGMMA_PRED(58) "wgmma.mma_async.sync.aligned.m64n112k16.f32." TYPE "." TYPE " {" FA_WGMMA_D56 \
+                                 "}, %56, %57, p, 1, 1, 0, 0;\n}\n"                                             \
+               : FA_WGMMA_ACC56(acc)                                                                            \
+               : "l"(desc_a), "l"(desc_b), "r"(1))
 template <typename T, int kN>
 __device__ __forceinline__ void mma_ss_m64k16(float (&acc)[kN][4], uint64_t desc_a, uint64_t desc_b) {
-  static_assert(kN == 10 || kN == 16, "m64n80k16 or m64n128k16");
+  static_assert(kN == 10 || kN == 14 || kN == 16, "m64n80k16, m64n112k16 or m64n128k16");
 #if FLASHATTN_WGMMA_ENABLED
   constexpr bool kHalf = std::is_same_v<T, __half>;
   if constexpr (kN == 10 && kHalf)
     FA_WGMMA_SS_M64N80("f16");
   else if constexpr (kN == 10)
     FA_WGMMA_SS_M64N80("bf16");
+  else if constexpr (kN == 14 && kHalf)
+    FA_WGMMA_SS_M64N112("f16");
+  else if constexpr (kN == 14)
+    FA_WGMMA_SS_M64N112("bf16");
   else if constexpr (kHalf)
     FA_WGMMA_SS_M64N128("f16");
   else
@@ -198,7 +221,7 @@ __device__ __forceinline__ void mma_ss_m64k16(float (&acc)[kN][4], uint64_t desc
 #endif
 }
 
-// acc += A B, m64nNk16 (N = 64, 128, 256), A (this warp's 16 x 16 of P) from registers, B (16 rows of K x N,
+// acc += A B, m64nNk16 (N = 64, 128, 192, 256), A (this warp's 16 x 16 of P) from registers, B (16 rows of K x N,
 // N-major: transposed) from shared memory.
 #define FA_WGMMA_RS_M64N64(TYPE)                                                                               \
   asm volatile(FA_WGMMA_PRED(37) "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " {" FA_WGMMA_D32 \
@@ -215,16 +238,25 @@ __device__ __forceinline__ void mma_ss_m64k16(float (&acc)[kN][4], uint64_t desc
                                   "}, {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"                           \
                : FA_WGMMA_ACC128(acc)                                                                             \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1))
-// N = 8 kN: 64, 128 or 256.
+#define FA_WGMMA_RS_M64N192(TYPE)                                                                                \
+  asm volatile(FA_WGMMA_PRED(101) "wgmma.mma_async.sync.aligned.m64n192k16.f32." TYPE "." TYPE " {" FA_WGMMA_D96 \
+                                  "}, {%96, %97, %98, %99}, %100, p, 1, 1, 1;\n}\n"                              \
+               : FA_WGMMA_ACC96(acc)                                                                             \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1))
+// N = 8 kN: 64, 128, 192 or 256.
 template <typename T, int kN>
 __device__ __forceinline__ void mma_rs_m64k16_tn(float (&acc)[kN][4], const uint32_t (&a)[4], uint64_t desc_b) {
-  static_assert(kN == 8 || kN == 16 || kN == 32, "m64n64k16, m64n128k16 or m64n256k16");
+  static_assert(kN == 8 || kN == 16 || kN == 24 || kN == 32, "m64n64k16, m64n128k16, m64n192k16 or m64n256k16");
 #if FLASHATTN_WGMMA_ENABLED
   constexpr bool kHalf = std::is_same_v<T, __half>;
   if constexpr (kN == 32 && kHalf)
     FA_WGMMA_RS_M64N256("f16");
   else if constexpr (kN == 32)
     FA_WGMMA_RS_M64N256("bf16");
+  else if constexpr (kN == 24 && kHalf)
+    FA_WGMMA_RS_M64N192("f16");
+  else if constexpr (kN == 24)
+    FA_WGMMA_RS_M64N192("bf16");
   else if constexpr (kN == 8 && kHalf)
     FA_WGMMA_RS_M64N64("f16");
   else if constexpr (kN == 8)

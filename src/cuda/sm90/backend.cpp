@@ -104,6 +104,9 @@ constexpr bool bucket_compiled(int bucket) {
 #if defined(FLASHATTN_SM90A) && defined(FLASHATTN_HDIM_128)
   compiled = compiled || bucket == 128;
 #endif
+#if defined(FLASHATTN_SM90A) && defined(FLASHATTN_HDIM_192)
+  compiled = compiled || bucket == 192;
+#endif
 #if defined(FLASHATTN_SM90A) && defined(FLASHATTN_HDIM_256)
   compiled = compiled || bucket == 256;
 #endif
@@ -230,6 +233,8 @@ void run_fwd(const FwdProblem& p, Stream stream) {
     run_bucket<64>(args, p.dtype, general, s);
   else if (bucket == 128)
     run_bucket<128>(args, p.dtype, general, s);
+  else if (bucket == 192)
+    run_bucket<192>(args, p.dtype, general, s);
   else
     run_bucket<256>(args, p.dtype, general, s);
 #else

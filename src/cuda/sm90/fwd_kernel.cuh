@@ -55,8 +55,10 @@ struct FwdConsumer {
   static constexpr int kOFrags = kHeadDim / 8;  // n8 column groups of O
   static constexpr int kQKSteps = kHeadDim / 16;
   static constexpr int kPVSteps = kBlockN / 16;
-  static_assert((kBlockN == 80 || kBlockN == 128) && (kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256),
-                "the wgmma wrappers: m64n80k16 / m64n128k16 (S), m64n64k16 / m64n128k16 / m64n256k16 (O)");
+  static_assert((kBlockN == 80 || kBlockN == 112 || kBlockN == 128) &&
+                    (kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 192 || kHeadDim == 256),
+                "the wgmma wrappers: m64n80k16 / m64n112k16 / m64n128k16 (S), m64n64k16 / m64n128k16 / m64n192k16 / "
+                "m64n256k16 (O)");
 
   // Issues S = Q K^T for this warpgroup's 64 rows (q_base: the Q tile; row0: the warpgroup's first row in
   // it); finish(s) waits for it.

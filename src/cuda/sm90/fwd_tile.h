@@ -71,6 +71,10 @@ FA_HD constexpr Sm90FwdTile fwd_tile(int bucket, bool general = false) {
   // 128 x 128 as at D = 128 (FA3 runs 192 x 128 with three consumer warpgroups: a later step); the tiles
   // are half as large, so four stages fit (Q + 4 x (K + V) + O = 160 KB).
   if (bucket == 64) return Sm90FwdTile{64, 128, 128, 4, producer, consumer};
+  // 128 x 112 (FA3's choice): O takes 96 registers a consumer thread, S 56 and P 28; Q 48 KB + 2 x (K + V)
+  // of 42 KB = 216 KB (O is staged in Q's tile). Head dims 136-192 ran in the 256 bucket before, a third
+  // of their products on zero columns.
+  if (bucket == 192) return Sm90FwdTile{192, 128, 112, 2, producer, consumer};
   // 128 x 80 (FA3's choice): O alone takes 128 registers a consumer thread, S 40 and P 20; Q 64 KB +
   // 2 x (K + V) of 40 KB = 224 KB of sm_90's 227 (O is staged in Q's tile).
   if (bucket == 256) return Sm90FwdTile{256, 128, 80, 2, producer, consumer};
@@ -80,15 +84,17 @@ FA_HD constexpr Sm90FwdTile fwd_tile(int bucket, bool general = false) {
 // Whether the instance of a bucket loops over work tiles (the persistent grid, fwd_kernel.cuh). Not the
 // softcap/ALiBi instance at D = 256: its consumers hold O (128 registers), S, P and the score transform's
 // state, and the tile loop's own live values do not fit beside them without spilling inside the key-tile
-// loop, so that instance keeps one CTA per work tile.
-FA_HD constexpr bool fwd_persistent(int bucket, bool general) { return !(general && bucket == 256); }
+// loop. Not the 192 bucket either: with the tile loop its consumers keep per-tile state in local memory.
+// Those keep one CTA per work tile.
+FA_HD constexpr bool fwd_persistent(int bucket, bool general) { return bucket != 192 && !(general && bucket == 256); }
 
 // The head-dim bucket a head dim runs in (0: none). Head dims below the bucket are zero-filled by TMA
 // (the map's dim 0 is the real head dim) and never stored.
 // Head dims of 32 and below stay with sm80: their box (64 elements) would be wider than the whole row.
-// Head dims between 128 and 256 run in bucket 256 (FA3 has a 192 bucket: a later step).
+// Head dims between 128 and 192 run in bucket 192, those between 192 and 256 in bucket 256.
 FA_HD constexpr int fwd_bucket(int64_t head_dim) {
-  if (head_dim > 128 && head_dim <= 256) return 256;
+  if (head_dim > 192 && head_dim <= 256) return 256;
+  if (head_dim > 128 && head_dim <= 192) return 192;
   return head_dim > 64 && head_dim <= 128 ? 128 : (head_dim > 32 && head_dim <= 64 ? 64 : 0);
 }
 
