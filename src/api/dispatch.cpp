@@ -61,7 +61,11 @@ std::string support_reason(const Backend& b, const Problem& p) {
            device_name(p.device);
   if (std::string why = capability_reason(b, p); !why.empty()) return why;
   // A backend that pads is asked about the padded call it will run (unbound: nothing allocated yet).
-  if (needs_head_dim_pad(b, p.head_dim)) return Direction<Problem>::supports(b, pad_call(p).problem);
+  if (needs_head_dim_pad(b, p.head_dim)) {
+    if (std::string why = pad_unsupported_reason(p); !why.empty())
+      return "head_dim " + std::to_string(p.head_dim) + ": " + why;
+    return Direction<Problem>::supports(b, pad_call(p).problem);
+  }
   return Direction<Problem>::supports(b, p);
 }
 

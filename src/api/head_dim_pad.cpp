@@ -153,15 +153,23 @@ class HostPadCopier final : public PadCopier {
 };
 
 // The copies move every region with one element size, the inputs' dtype's: FP8 calls (bf16 out, or an
-// e4m3 cache beside 16-bit q) mix sizes. No backend that needs padding runs them today; should one, this
-// refuses rather than copies wrong bytes.
+// e4m3 cache beside 16-bit q) mix sizes. The dispatcher asks pad_unsupported_reason first (a backend that
+// would need the copies declines such a call); this refuses rather than copies wrong bytes.
+std::string mixed_sizes_reason(DType inputs, DType other) {
+  if (dtype_size(inputs) == dtype_size(other)) return {};
+  return std::string("head-dim padding of a call mixing ") + dtype_name(inputs) + " and " + dtype_name(other) +
+         " tensors (not implemented)";
+}
 void require_one_element_size(DType inputs, DType other) {
-  if (dtype_size(inputs) != dtype_size(other))
-    throw Error(Status::internal, std::string("flashattn: head-dim padding of a call mixing ") + dtype_name(inputs) +
-                                      " and " + dtype_name(other) + " tensors is not implemented");
+  if (std::string why = mixed_sizes_reason(inputs, other); !why.empty())
+    throw Error(Status::internal, "flashattn: " + why);
 }
 
 }  // namespace
+
+std::string pad_unsupported_reason(const FwdProblem& p) { return mixed_sizes_reason(p.dtype, p.out_dtype()); }
+std::string pad_unsupported_reason(const BwdProblem&) { return {}; }
+std::string pad_unsupported_reason(const KVCacheProblem& p) { return mixed_sizes_reason(p.dtype, p.cache_dtype); }
 
 PaddedCall<FwdProblem> pad_call(const FwdProblem& p) {
   require_one_element_size(p.dtype, p.out_dtype());

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "api/backend.h"
@@ -62,6 +63,10 @@ struct PaddedCall {
   PadPlan plan;
 };
 
+// Why a call cannot be padded ("" when it can): pad_call refuses calls that mix element sizes (FP8).
+std::string pad_unsupported_reason(const FwdProblem& p);
+std::string pad_unsupported_reason(const BwdProblem& p);
+std::string pad_unsupported_reason(const KVCacheProblem& p);
 PaddedCall<FwdProblem> pad_call(const FwdProblem& p);
 PaddedCall<BwdProblem> pad_call(const BwdProblem& p);
 PaddedCall<KVCacheProblem> pad_call(const KVCacheProblem& p);

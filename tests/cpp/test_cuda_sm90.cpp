@@ -797,17 +797,22 @@ TEST(CudaSm90, BackwardVarlenWindowAndGqa) {
       }
 }
 
-// Until it has run on a GPU, the backward is opt-in: without FLASHATTN_ENABLE_SM90_BWD=1 the dispatcher
-// passes over it (cuda_sm80 runs the call), with a reason that says how to opt in (runs without a GPU).
-TEST(CudaSm90, BackwardIsOptInUntilVerified) {
+// The dispatcher leaves to cuda_sm80 the backward calls it measured faster: head dims up to 64, and the
+// deterministic mode (not yet timed); the others (head dims 65-128) run here by default.
+TEST(CudaSm90, BackwardDefersWhereSm80MeasuredFaster) {
   const flashattn::detail::Backend& b = flashattn::detail::cuda_sm90_backend();
   ASSERT_NE(b.defer_bwd, nullptr);
-  const char* env = std::getenv("FLASHATTN_ENABLE_SM90_BWD");
-  const std::string why = b.defer_bwd(flashattn::detail::BwdProblem{});
-  if (env != nullptr && std::string(env) == "1")
-    EXPECT_TRUE(why.empty()) << why;
-  else
-    EXPECT_NE(why.find("FLASHATTN_ENABLE_SM90_BWD=1"), std::string::npos) << why;
+  flashattn::detail::BwdProblem p;
+  p.head_dim = 64;
+  EXPECT_NE(b.defer_bwd(p).find("head_dim <= 64"), std::string::npos);
+  p.head_dim = 40;
+  EXPECT_FALSE(b.defer_bwd(p).empty());
+  for (int64_t d : {72, 96, 128}) {
+    p.head_dim = d;
+    EXPECT_EQ(b.defer_bwd(p), "") << d;
+  }
+  p.deterministic = true;
+  EXPECT_NE(b.defer_bwd(p).find("deterministic"), std::string::npos);
 }
 
 // The deterministic mode (the main kernel without dQ, then sm80's dQ kernel): within the criterion, and

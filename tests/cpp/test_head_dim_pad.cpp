@@ -38,6 +38,23 @@ TEST(HeadDimPad, PaddedWidths) {
   EXPECT_EQ(padded_head_dim(256), 256);
 }
 
+// Calls that mix element sizes (FP8) cannot be padded: a backend that would need the copies declines them
+// with this reason (found on the GPU: forced on an FP8 cache of head dim 1, cuda_sm90 raised an internal
+// error instead of declining).
+TEST(HeadDimPad, MixedElementSizesAreDeclinedNotPadded) {
+  FwdProblem f;
+  f.dtype = DType::fp8_e4m3;  // out bf16
+  EXPECT_NE(pad_unsupported_reason(f).find("fp8_e4m3"), std::string::npos);
+  f.dtype = DType::bf16;
+  EXPECT_EQ(pad_unsupported_reason(f), "");
+  KVCacheProblem k;
+  k.dtype = DType::f16;
+  k.cache_dtype = DType::fp8_e4m3;
+  EXPECT_NE(pad_unsupported_reason(k).find("not implemented"), std::string::npos);
+  k.cache_dtype = DType::f16;
+  EXPECT_EQ(pad_unsupported_reason(k), "");
+}
+
 TEST(HeadDimPad, WhichBackendsPad) {
   const Backend needs_multiple_of_8{};  // a table that does not declare any_head_dim
   EXPECT_TRUE(needs_head_dim_pad(needs_multiple_of_8, 59));

@@ -2,7 +2,9 @@
 64, no weights downloaded) trained for a few dozen AdamW steps on a fixed random batch, once with transformers'
 SDPA attention and once with attn_implementation="flashattn", from the same initial weights. Forward and
 backward of every step run through flashattn (its dispatcher: cpu_flash on the CPU; on Hopper the sm90 forward
-and backward). The two loss curves must agree step by step within the dtype's noise, and both must fall."""
+and backward). The two loss curves must agree step by step within the noise that rounding inside attention
+gives them, measured in the test: a third run with SDPA's math backend, whose curve differs from SDPA's default
+one only by that rounding; and both must fall."""
 
 import copy
 
@@ -11,6 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 from torch_support import DTYPE_NAMES, require_device  # noqa: E402
 
 from flashattn.integrations import transformers as fa_transformers  # noqa: E402
@@ -19,9 +22,11 @@ CONFIG = dict(vocab_size=101, hidden_size=256, intermediate_size=512, num_hidden
               num_key_value_heads=2, head_dim=64, max_position_embeddings=256, pad_token_id=0, bos_token_id=1,
               eos_token_id=2)  # fmt: skip
 STEPS = 25
-# Largest |loss_flashattn - loss_sdpa| / loss_sdpa allowed at any step: both runs differ only by rounding
-# inside attention, which training amplifies slowly over the steps.
-TOLERANCE = {torch.float32: 2e-3, torch.bfloat16: 5e-2}
+# The largest |loss_flashattn - loss_sdpa| / loss_sdpa allowed at any step is 3x the same measure between
+# SDPA's math and default backends (rounding inside attention, which training amplifies over the steps; in
+# bf16 on an H100 the curves of flashattn and SDPA moved 5.5% apart by step 25), and at least this floor.
+NOISE_FACTOR = 3.0
+FLOOR = {torch.float32: 2e-3, torch.bfloat16: 1e-2}
 DEVICE_DTYPES = [("cpu", torch.float32), ("cuda", torch.float32), ("cuda", torch.bfloat16)]
 
 
@@ -44,13 +49,18 @@ def test_loss_curve_matches_sdpa(device, dtype):
     config = transformers.LlamaConfig(**CONFIG)
     torch.manual_seed(0)
     sdpa = transformers.LlamaForCausalLM._from_config(copy.deepcopy(config), attn_implementation="sdpa")
+    math = transformers.LlamaForCausalLM._from_config(copy.deepcopy(config), attn_implementation="sdpa")
     ours = transformers.LlamaForCausalLM._from_config(copy.deepcopy(config), attn_implementation=fa_transformers.NAME)
+    math.load_state_dict(sdpa.state_dict())
     ours.load_state_dict(sdpa.state_dict())
-    sdpa.to(device=device, dtype=dtype).train()
-    ours.to(device=device, dtype=dtype).train()
+    for model in (sdpa, math, ours):
+        model.to(device=device, dtype=dtype).train()
     gen = torch.Generator().manual_seed(1)
     batch = torch.randint(3, CONFIG["vocab_size"], (4, 96), generator=gen).to(device)
     ref, got = losses(sdpa, batch), losses(ours, batch)
+    with sdpa_kernel([SDPBackend.MATH]):
+        noise_curve = losses(math, batch)
+    noise = max(abs(m - r) / r for m, r in zip(noise_curve, ref))
     worst = max(abs(g - r) / r for g, r in zip(got, ref))
-    assert worst <= TOLERANCE[dtype], (worst, got, ref)
+    assert worst <= max(NOISE_FACTOR * noise, FLOOR[dtype]), (worst, noise, got, ref)
     assert got[-1] < 0.7 * got[0] and ref[-1] < 0.7 * ref[0], (got, ref)  # both actually trained
