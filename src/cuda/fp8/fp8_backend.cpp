@@ -107,18 +107,14 @@ void run_fwd(const FwdProblem& p, Stream stream) {
 
 }  // namespace
 
+// The bf16 call is dispatched as any call: head dims are padded, paged K/V read, there.
 const Backend& cuda_fp8_backend() {
-  static const Backend b = [] {
-    Backend x;
-    x.name = "cuda_fp8";
-    x.device = DeviceType::cuda;
-    x.supports_fwd = &supports_fwd;
-    x.run_fwd = &run_fwd;
-    // The bf16 call is dispatched as any call: head dims are padded, paged K/V read, there.
-    x.any_head_dim = true;
-    x.paged_varlen_fwd = true;
-    return x;
-  }();
+  static const Backend b{.name = "cuda_fp8",
+                         .device = DeviceType::cuda,
+                         .supports_fwd = supports_fwd,
+                         .run_fwd = run_fwd,
+                         .any_head_dim = true,
+                         .paged_varlen_fwd = true};
   return b;
 }
 
