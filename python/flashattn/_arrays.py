@@ -5,6 +5,8 @@ Only numpy and torch are supported by the high-level functions; torch is importe
 tensor is seen, numpy only when a numpy array is seen, so ``import flashattn`` needs neither.
 """
 
+import sys
+
 from . import _C
 
 
@@ -38,6 +40,20 @@ def torch_ops_for(x):
 
     _torch_ops = ops
     return ops
+
+
+_FLOAT8 = []
+
+
+def torch_float8():
+    """torch.float8_e4m3fn, or None where torch is not imported or has no float8 (cached once torch is): the
+    FP8 tests of the per-call paths are identity checks against it."""
+    if not _FLOAT8:
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return None
+        _FLOAT8.append(getattr(torch, "float8_e4m3fn", None))
+    return _FLOAT8[0]
 
 
 def _numpy_bfloat16():
@@ -119,7 +135,7 @@ def empty_contiguous(x):
     if is_torch(x):
         import torch
 
-        dtype = torch.bfloat16 if x.dtype == getattr(torch, "float8_e4m3fn", None) else x.dtype
+        dtype = torch.bfloat16 if x.dtype is torch_float8() else x.dtype
         return torch.empty(x.shape, dtype=dtype, device=x.device)
     import numpy as np
 

@@ -15,10 +15,8 @@ Semantics shared by every function:
     (flash-attn returns them for testing only; here that slot is None).
 """
 
-import sys
-
 from . import _ops
-from ._arrays import framework, torch_ops_for
+from ._arrays import framework, torch_float8, torch_ops_for
 
 
 def _attention(
@@ -113,20 +111,7 @@ def _is_fp8(q, descales):
     q_descale, k_descale, v_descale = descales
     if q_descale is not None or k_descale is not None or v_descale is not None:
         return True
-    return getattr(q, "dtype", None) is _torch_float8()
-
-
-_FLOAT8 = []
-
-
-def _torch_float8():
-    """torch.float8_e4m3fn, or None where torch is not imported or has no float8 (cached after torch is)."""
-    if not _FLOAT8:
-        torch = sys.modules.get("torch")
-        if torch is None:
-            return None
-        _FLOAT8.append(getattr(torch, "float8_e4m3fn", None))
-    return _FLOAT8[0]
+    return getattr(q, "dtype", None) is torch_float8()
 
 
 def _unpack(packed, dim, count, name):

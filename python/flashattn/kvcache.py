@@ -2,8 +2,7 @@
 cache, optionally appending new keys/values (with rotary embedding) into the cache first."""
 
 from . import _ops
-from ._arrays import framework, torch_ops_for
-from .interface import _torch_float8
+from ._arrays import framework, torch_float8, torch_ops_for
 
 
 def flash_attn_with_kvcache(
@@ -56,7 +55,7 @@ def flash_attn_with_kvcache(
     if q_descale is not None:
         raise ValueError("q_descale: flash_attn_with_kvcache takes 16/32-bit q (an FP8 cache has k_descale and "
                          "v_descale); pass q unscaled and q_descale=None")
-    if k_descale is not None or v_descale is not None or getattr(k_cache, "dtype", None) is _torch_float8():
+    if k_descale is not None or v_descale is not None or getattr(k_cache, "dtype", None) is torch_float8():
         # The FP8 cache is the raw call: no gradient flows through a cache, and the registered torch ops do
         # not take descales.
         out, lse = _ops.forward_kvcache(

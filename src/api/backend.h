@@ -36,8 +36,7 @@ struct Backend {
   // Non-null for a backend that leaves some forward calls to the next backend when the call does not name
   // it, because that one measured faster there: returns why (empty: no preference). Named, it runs them.
   std::string (*defer_fwd)(const FwdProblem&) = nullptr;
-  // The same for backward calls: a backward the next backend runs faster, or one whose kernel has not yet
-  // been verified on its hardware (opt-in until then). Named, the backend runs them.
+  // The same for backward calls. Named, the backend runs them.
   std::string (*defer_bwd)(const BwdProblem&) = nullptr;
 };
 

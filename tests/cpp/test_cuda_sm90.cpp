@@ -557,6 +557,21 @@ bool run_sm90(const AttnInputs& in, FwdOutputs& got) {
   }
 }
 
+// A case of the tile-boundary sweeps: 2 sequences of 4 query heads, sq x sk, the dtype, head dim (from
+// `dims`) and GQA ratio (4:1 or none) varied by `seed`.
+AttnConfig boundary_case(int64_t sq, int64_t sk, bool causal, uint64_t seed, const std::vector<int64_t>& dims) {
+  AttnConfig c;
+  c.dtype = (seed % 2) ? flashattn::DType::bf16 : flashattn::DType::f16;
+  c.head_dim = dims[seed % dims.size()];
+  c.batch = 2;
+  c.heads = 4;
+  c.heads_k = (seed % 3) ? 1 : 4;
+  c.seqlen_q = sq;
+  c.seqlen_k = sk;
+  c.causal = causal;
+  return c;
+}
+
 void expect_sm90_forward(const AttnConfig& cfg, uint64_t seed) {
   SCOPED_TRACE(cfg.name());
   const AttnInputs in = make_inputs(cfg, seed);
@@ -575,16 +590,8 @@ TEST(CudaSm90, ForwardAtTileAndStageBoundaries) {
   for (int64_t sq : {1, 63, 65, 128, 129, 300})
     for (int64_t sk : {1, 79, 81, 113, 127, 128, 129, 640, 700})
       for (bool causal : {false, true}) {
-        AttnConfig c;
-        c.dtype = (seed % 2) ? flashattn::DType::bf16 : flashattn::DType::f16;
-        c.head_dim = std::vector<int64_t>{128, 72, 64, 40, 256, 200, 192, 160}[seed % 8];
-        c.batch = 2;
-        c.heads = 4;
-        c.heads_k = (seed % 3) ? 1 : 4;
-        c.seqlen_q = sq;
-        c.seqlen_k = sk;
-        c.causal = causal;
-        expect_sm90_forward(c, ++seed);
+        expect_sm90_forward(boundary_case(sq, sk, causal, seed, {128, 72, 64, 40, 256, 200, 192, 160}), seed + 1);
+        ++seed;
         if (HasFatalFailure() || IsSkipped()) return;
       }
 }
@@ -752,16 +759,8 @@ TEST(CudaSm90, BackwardAtTileAndStepBoundaries) {
   for (int64_t sq : {1, 63, 65, 200})
     for (int64_t sk : {1, 63, 129, 300})
       for (bool causal : {false, true}) {
-        AttnConfig c;
-        c.dtype = (seed % 2) ? flashattn::DType::bf16 : flashattn::DType::f16;
-        c.head_dim = std::vector<int64_t>{128, 64, 96, 40, 120}[seed % 5];
-        c.batch = 2;
-        c.heads = 4;
-        c.heads_k = (seed % 3) ? 1 : 4;
-        c.seqlen_q = sq;
-        c.seqlen_k = sk;
-        c.causal = causal;
-        expect_sm90_backward(c, ++seed);
+        expect_sm90_backward(boundary_case(sq, sk, causal, seed, {128, 64, 96, 40, 120}), seed + 1);
+        ++seed;
         if (HasFatalFailure() || IsSkipped()) return;
       }
 }

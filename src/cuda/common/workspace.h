@@ -42,6 +42,9 @@ class Workspace {
     if (ptr_ && owned_) cudaFreeAsync(ptr_, stream_);
   }
   static constexpr size_t kAlignment = 256;
+  // `bytes` rounded up to kAlignment: the size of one part of a workspace shared by several buffers, so
+  // that the next part starts aligned too.
+  static constexpr size_t part_bytes(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
   Workspace(const Workspace&) = delete;
   Workspace& operator=(const Workspace&) = delete;
 

@@ -198,8 +198,6 @@ int64_t max_keys(const KVCacheProblem& p) {
   return keys;
 }
 
-size_t round_up_256(size_t bytes) { return (bytes + 255) / 256 * 256; }
-
 void run(const KVCacheProblem& p, Stream stream) {
   if (p.batch == 0) return;
   DeviceGuard guard(p.device);
@@ -238,9 +236,10 @@ void run(const KVCacheProblem& p, Stream stream) {
 
   // Workspace: [rotated q][split LSEs][split outputs], each part 256-byte aligned; from the caller's
   // allocator when there is one.
-  const size_t q_rot_bytes = rotary ? round_up_256(size_t(p.batch * p.seqlen_q * p.heads * p.head_dim) * 2) : 0;
+  const size_t q_rot_bytes =
+      rotary ? Workspace::part_bytes(size_t(p.batch * p.seqlen_q * p.heads * p.head_dim) * 2) : 0;
   const size_t part_rows = a.num_splits > 1 ? size_t(a.num_splits) * size_t(p.batch * p.heads_k * rows) : 0;
-  const size_t lse_bytes = round_up_256(part_rows * sizeof(float));
+  const size_t lse_bytes = Workspace::part_bytes(part_rows * sizeof(float));
   const size_t out_bytes = part_rows * size_t(p.head_dim) * sizeof(float);
   Workspace ws(q_rot_bytes + lse_bytes + out_bytes, st, p.workspace_allocator, p.workspace_context);
   unsigned char* base = ws.as<unsigned char>();

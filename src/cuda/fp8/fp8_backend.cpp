@@ -70,14 +70,12 @@ std::string supports_fwd(const FwdProblem& p) {
   return why.empty() ? std::string() : "the bf16 call it becomes: " + why;
 }
 
-size_t round_up_256(size_t bytes) { return (bytes + 255) / 256 * 256; }
-
 void run_fwd(const FwdProblem& p, Stream stream) {
   cuda::DeviceGuard guard(p.device);
   const cudaStream_t st = static_cast<cudaStream_t>(stream);
   const RowBlocks qr = row_blocks(p, true), kr = row_blocks(p, false);
-  const size_t q_bytes = round_up_256(size_t(copy_elems(qr, p.heads, p.head_dim)) * 2);
-  const size_t kv_bytes = round_up_256(size_t(copy_elems(kr, p.heads_k, p.head_dim)) * 2);
+  const size_t q_bytes = cuda::Workspace::part_bytes(size_t(copy_elems(qr, p.heads, p.head_dim)) * 2);
+  const size_t kv_bytes = cuda::Workspace::part_bytes(size_t(copy_elems(kr, p.heads_k, p.head_dim)) * 2);
   cuda::Workspace ws(q_bytes + 2 * kv_bytes, st);
   unsigned char* base = ws.as<unsigned char>();
   void* q = base;

@@ -165,19 +165,25 @@ std::string device_reason(int device) {
   return {};
 }
 
+// What the forward and the backward check alike: f16/bf16, a head dim of a compiled bucket (`bucket`, 0 for
+// none; `head_dims` says which), no dropout.
+[[maybe_unused]] std::string kernel_reason(const FwdProblem& p, int bucket, const char* head_dims) {
+  if (p.dtype != DType::f16 && p.dtype != DType::bf16)
+    return std::string("dtype ") + dtype_name(p.dtype) + " (f16 or bf16 only)";
+  if (bucket == 0 || p.head_dim % 8 != 0) return "head_dim " + std::to_string(p.head_dim) + " (" + head_dims + ")";
+  if (!bucket_compiled(bucket))
+    return "head_dim bucket " + std::to_string(bucket) + " not compiled (FLASHATTN_HEAD_DIMS)";
+  if (p.dropout.p > 0.0f) return "dropout not yet implemented";
+  return {};
+}
+
 std::string supports_fwd(const FwdProblem& p) {
 #if !defined(FLASHATTN_SM90A)
   (void)p;
   return "this build has no sm_90a code (FLASHATTN_CUDA_ARCHS without 90a)";
 #else
-  if (p.dtype != DType::f16 && p.dtype != DType::bf16)
-    return std::string("dtype ") + dtype_name(p.dtype) + " (f16 or bf16 only)";
   const int bucket = fwd_bucket(p.head_dim);
-  if (bucket == 0 || p.head_dim % 8 != 0)
-    return "head_dim " + std::to_string(p.head_dim) + " (a multiple of 8 in (32, 256])";
-  if (!bucket_compiled(bucket))
-    return "head_dim bucket " + std::to_string(bucket) + " not compiled (FLASHATTN_HEAD_DIMS)";
-  if (p.dropout.p > 0.0f) return "dropout not yet implemented";
+  if (std::string why = kernel_reason(p, bucket, "a multiple of 8 in (32, 256]"); !why.empty()) return why;
   // TMA coordinates are int32; rows (packed rows for varlen), heads and batch index the maps directly.
   constexpr int64_t kMaxCoord = int64_t(1) << 30;
   if (map_rows_q(p) > kMaxCoord || map_rows_k(p) > kMaxCoord || p.seqlen_q > kMaxCoord || p.seqlen_k > kMaxCoord ||
@@ -249,15 +255,11 @@ std::string supports_bwd(const BwdProblem& p) {
   (void)p;
   return "this build has no sm_90a code (FLASHATTN_CUDA_ARCHS without 90a)";
 #else
-  if (p.dtype != DType::f16 && p.dtype != DType::bf16)
-    return std::string("dtype ") + dtype_name(p.dtype) + " (f16 or bf16 only)";
   const int bucket = bwd_bucket(p.head_dim);
-  if (bucket == 0 || p.head_dim % 8 != 0)
-    return "head_dim " + std::to_string(p.head_dim) +
-           " (the sm90 backward takes multiples of 8 in (32, 128]; cuda_sm80 runs the others)";
-  if (!bucket_compiled(bucket))
-    return "head_dim bucket " + std::to_string(bucket) + " not compiled (FLASHATTN_HEAD_DIMS)";
-  if (p.dropout.p > 0.0f) return "dropout not yet implemented";
+  if (std::string why =
+          kernel_reason(p, bucket, "the sm90 backward takes multiples of 8 in (32, 128]; cuda_sm80 runs the others");
+      !why.empty())
+    return why;
   constexpr int64_t kMaxCoord = int64_t(1) << 30;
   if (map_rows_q(p) > kMaxCoord || map_rows_k(p) > kMaxCoord || p.seqlen_q > kMaxCoord || p.seqlen_k > kMaxCoord ||
       p.heads > kMaxCoord || p.batch > kMaxCoord)
