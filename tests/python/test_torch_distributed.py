@@ -8,9 +8,11 @@ outcome. Also: a world of one in this process (gloo), a world of one on CUDA wit
 GPUs) a world of two with NCCL. Needs torch (skipped without it)."""
 
 import datetime
+import faulthandler
 import itertools
 import json
 import os
+import sys
 import time
 import traceback
 
@@ -300,12 +302,13 @@ CHECK_FUNCTIONS = {
 
 def _worker(rank, world, backend, device_type, init_file, out_dir, names):
     """One rank: joins the group, runs every named case and check, writes {name: outcome} as JSON."""
+    faulthandler.enable()  # an abort in a rank prints where it happened (the parent only sees the signal)
     device = torch.device(device_type, rank) if device_type == "cuda" else torch.device("cpu")
     if device_type == "cuda":
         torch.cuda.set_device(device)
     dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=60))
-    outcomes = {}
+    outcomes, status = {}, 1
     try:
         for name in names:
             try:
@@ -320,10 +323,19 @@ def _worker(rank, world, backend, device_type, init_file, out_dir, names):
                 outcomes[name] = traceback.format_exc()
             # Keep the ranks in step between cases so that one case's failure cannot leak into the next.
             dist.barrier()
+        status = 0
+    except BaseException:  # the group itself failed (a barrier timed out): the parent sees exit status 1
+        traceback.print_exc()
     finally:
         with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
             json.dump(outcomes, f)
         dist.destroy_process_group()
+        # Every outcome is on disk and the group is gone: leave without the interpreter's teardown, where
+        # torch's gloo state now and then aborts the process ("terminate called without an active
+        # exception", after destroy_process_group has returned), which would fail a world that passed.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
 
 
 def _spawn(world, backend, device_type, names, tmp_dir, timeout=240):
