@@ -1,3 +1,5 @@
+include(${CMAKE_CURRENT_LIST_DIR}/FlashattnSm70.cmake)
+
 # Decides whether the CUDA backends are built (FLASHATTN_CUDA = AUTO/ON/OFF) and provides
 # flashattn_add_cuda_sources(target) that adds every kernel under src/cuda/.
 
@@ -25,6 +27,9 @@ if(NOT FLASHATTN_CUDA STREQUAL "OFF")
     else()
       # --list-gpu-arch names the base architectures (compute_90); their a/f variants come with them.
       foreach(_fa_arch IN LISTS FLASHATTN_CUDA_ARCHS)
+        if(_fa_arch STREQUAL "70")
+          continue()  # not compiled by nvcc: the sm_70 image of cuda_sm70 (cmake/FlashattnSm70.cmake)
+        endif()
         string(REGEX REPLACE "-(real|virtual)$" "" _fa_base "${_fa_arch}")
         string(REGEX REPLACE "[a-z]$" "" _fa_base "${_fa_base}")
         if(_fa_base MATCHES "^[0-9]+$" AND NOT _fa_nvcc_archs MATCHES "compute_${_fa_base}([^0-9]|$)")
@@ -46,7 +51,18 @@ if(NOT FLASHATTN_CUDA STREQUAL "OFF")
 endif()
 
 if(FLASHATTN_WITH_CUDA)
-  set(CMAKE_CUDA_ARCHITECTURES ${FLASHATTN_CUDA_ARCHS})
+  # "70" asks for cuda_sm70's sm_70 cubin (cmake/FlashattnSm70.cmake); nvcc compiles the others.
+  set(FLASHATTN_SM70_CUBIN OFF)
+  set(_fa_nvcc_archs ${FLASHATTN_CUDA_ARCHS})
+  if("70" IN_LIST _fa_nvcc_archs)
+    set(FLASHATTN_SM70_CUBIN ON)
+    list(REMOVE_ITEM _fa_nvcc_archs "70")
+  endif()
+  if(NOT _fa_nvcc_archs)
+    message(FATAL_ERROR "FLASHATTN_CUDA_ARCHS=${FLASHATTN_CUDA_ARCHS}: add an architecture of 80 or newer "
+                        "(every backend but cuda_sm70 needs sm_80's instructions), e.g. 70;80")
+  endif()
+  set(CMAKE_CUDA_ARCHITECTURES ${_fa_nvcc_archs})
   enable_language(CUDA)
   set(CMAKE_CUDA_STANDARD 20)
   set(CMAKE_CUDA_STANDARD_REQUIRED ON)
@@ -102,6 +118,9 @@ endfunction()
 function(flashattn_add_cuda_sources target)
   file(GLOB_RECURSE _fa_cuda_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/cuda/*.cu
        ${PROJECT_SOURCE_DIR}/src/cuda/*.cpp)
+  # The sm_70 image's kernels are compiled to PTX and embedded, not linked (cmake/FlashattnSm70.cmake).
+  list(FILTER _fa_cuda_sources EXCLUDE REGEX "/src/cuda/sm70/image_entries\\.cu$")
+  flashattn_add_sm70_image(${target} ${FLASHATTN_SM70_CUBIN})
   # The sm80 kernel instances: one forward and one backward file per compiled head-dim bucket, generated
   # from src/cuda/sm80/{fwd,bwd}_hdim.cu.in (a pruned bucket has no file).
   flashattn_generate_instances(_fa_instances sm80 "fwd;bwd" "${_fa_head_dims}")

@@ -12,6 +12,7 @@ const Backend& cpu_reference_backend();
 #if defined(FLASHATTN_WITH_CUDA)
 const Backend& cuda_sm90_backend();
 const Backend& cuda_sm80_backend();
+const Backend& cuda_sm70_backend();
 const Backend& cuda_decode_backend();
 const Backend& cuda_fp8_backend();
 const Backend& cuda_naive_backend();

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "api/problem.h"
+#include "common/philox.h"
 
 namespace flashattn::detail::cuda::attn {
 
@@ -21,6 +22,19 @@ struct ScoreArgs {
   float keep_scale = 1;         // 1 / (1 - p)
   int group = 1;                // query heads per kv head
 };
+
+// The call's softmax/dropout constants, computed once on the host.
+inline ScoreArgs make_score_args(const FwdProblem& p) {
+  ScoreArgs s;
+  s.scale_log2 = float(double(p.score.softmax_scale) * 1.4426950408889634);
+  s.dropout = p.dropout.p > 0.0f;
+  if (s.dropout) {
+    s.drop_threshold = dropout_threshold(p.dropout.p);
+    s.keep_scale = float(1.0 / (1.0 - double(p.dropout.p)));
+  }
+  s.group = int(p.group_size());
+  return s;
+}
 
 // Each kernel is compiled twice: a general instance and one without dropout, softcap and ALiBi
 // (kGeneral = false), whose element-wise code is a scale, a mask compare and exp2. Most training calls

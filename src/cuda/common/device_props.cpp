@@ -32,4 +32,11 @@ const DeviceProps& device_props(int device) {
   return cache.emplace(device, d).first->second;
 }
 
+std::string compiled_kernels_reason(int device) {
+  const DeviceProps& d = device_props(device);
+  if (!d.error.empty() || d.major >= 8) return {};
+  return "this build's kernels need compute capability >= 8.0, cuda:" + std::to_string(device) + " is " +
+         std::to_string(d.major) + "." + std::to_string(d.minor) + " (cuda_sm70 runs Volta)";
+}
+
 }  // namespace flashattn::detail::cuda

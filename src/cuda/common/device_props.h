@@ -24,4 +24,9 @@ struct DeviceProps {
 // the backends report it as their reason (supports_*) or throw it (run).
 const DeviceProps& device_props(int device);
 
+// Why the kernels nvcc compiled into this build cannot run on `device` ("" when they can, or when its
+// attributes cannot be read: the caller reports that): every architecture of FLASHATTN_CUDA_ARCHS that
+// nvcc builds is sm_80 or newer, so a Volta GPU runs only cuda_sm70's embedded image (sm70/image.h).
+std::string compiled_kernels_reason(int device);
+
 }  // namespace flashattn::detail::cuda

@@ -155,6 +155,7 @@ std::string supports(const KVCacheProblem& p) {
     return std::string("a ") + dtype_name(p.cache_dtype) + " KV cache beside " + dtype_name(p.dtype) + " queries";
   if (p.head_dim % 8 != 0 || p.head_dim > 256)
     return "head_dim " + std::to_string(p.head_dim) + " (multiples of 8 up to 256)";
+  if (std::string why = cuda::compiled_kernels_reason(p.device.index); !why.empty()) return why;
   // An FP8 row is copied in 16-byte chunks of 16 elements (tile_loader.cuh).
   if (fp8 && p.head_dim % 16 != 0)
     return "head_dim " + std::to_string(p.head_dim) + " with an fp8_e4m3 cache (multiples of 16)";

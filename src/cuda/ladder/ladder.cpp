@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "common/philox.h"
+#include "cuda/common/device_props.h"
 #include "cuda/common/dispatch.h"
 #include "cuda/common/launch.h"
 
@@ -12,7 +13,7 @@ std::string common_fwd_support(const FwdProblem& p) {
   if (!is_kernel_dtype(p.dtype)) return std::string("dtype ") + dtype_name(p.dtype) + " (only f32, f16, bf16)";
   if (p.head_dim > kMaxHeadDim)
     return "head_dim " + std::to_string(p.head_dim) + " above " + std::to_string(kMaxHeadDim);
-  return {};
+  return compiled_kernels_reason(p.device.index);
 }
 
 std::string grid_support(int64_t blocks, const char* what) {

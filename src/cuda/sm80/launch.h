@@ -20,9 +20,6 @@ void run_bwd(BwdArgs args, int64_t smem_optin, cudaStream_t stream);
 template <typename T, int kHeadDim>
 void run_bwd_dq(BwdArgs args, cudaStream_t stream);
 
-// The call's softmax/dropout constants, computed once on the host.
-ScoreArgs make_score_args(const FwdProblem& p);
-
 // Enqueue the whole forward / backward of `p` on `stream` (the caller has made p.device current).
 // `paired`: the device runs the forward's paired tiles (use_paired_fwd). `persistent`: the forward may run
 // a grid smaller than its tile list where every tile costs the same (fwd_kernel.cuh). `device`: what sizes

@@ -2,7 +2,6 @@
 
 #include <cmath>
 
-#include "common/philox.h"
 #include "cuda/attn/switch.h"
 #include "cuda/attn/tile_order.h"
 #include "cuda/common/launch.h"
@@ -10,18 +9,6 @@
 #include "cuda/sm80/launch.h"
 
 namespace flashattn::detail::cuda::sm80 {
-
-ScoreArgs make_score_args(const FwdProblem& p) {
-  ScoreArgs s;
-  s.scale_log2 = float(double(p.score.softmax_scale) * 1.4426950408889634);
-  s.dropout = p.dropout.p > 0.0f;
-  if (s.dropout) {
-    s.drop_threshold = dropout_threshold(p.dropout.p);
-    s.keep_scale = float(1.0 / (1.0 - double(p.dropout.p)));
-  }
-  s.group = int(p.group_size());
-  return s;
-}
 
 void launch_fwd(const FwdProblem& p, bool general, bool paired, bool persistent, const DeviceFacts& device,
                 cudaStream_t stream) {

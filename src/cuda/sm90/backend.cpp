@@ -290,7 +290,7 @@ void run_bwd(const BwdProblem& p, Stream stream) {
   const cuda::sm90::Sm90BwdTile tile = bwd_tile(bwd_bucket(p.head_dim));
   cuda::sm90::BwdArgs args;
   args.base.p = p;
-  args.base.s = cuda::sm80::make_score_args(p);
+  args.base.s = cuda::attn::make_score_args(p);
   args.base.num_n_blocks = int(cuda::ceil_div(p.seqlen_k, tile.block_n));
   args.q_map = cuda::sm90::make_rows_map(p.q, p.dtype, p.head_dim, map_rows_q(p), p.heads, map_batch(p), tile.block_m);
   args.do_map =

@@ -1,0 +1,40 @@
+#pragma once
+
+// Volta's tensor-core instruction, mma.sync.aligned.m8n8k4 with f16 inputs and f32 accumulators, in the two
+// operand layouts the sm70 kernels use (mma884_layout.h says which elements each lane passes and gets).
+// Valid PTX on sm_70 and every later architecture, so the kernels built for sm_80/sm_90 run the same code.
+
+#include <cstdint>
+
+namespace flashattn::detail::cuda::sm70 {
+
+// Four f16 of a lane's A or B operand: two f16x2 registers, the lower-indexed element in the low half.
+struct Half4 {
+  uint32_t lo, hi;
+};
+
+// c += A B with A row-major and B col-major (S = Q K^T: B's columns are K's rows).
+__device__ __forceinline__ void mma884_row_col(float (&c)[8], Half4 a, Half4 b) {
+  asm volatile(
+      "mma.sync.aligned.m8n8k4.row.col.f32.f16.f16.f32 {%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9}, {%10, %11}, "
+      "{%0, %1, %2, %3, %4, %5, %6, %7};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7])
+      : "r"(a.lo), "r"(a.hi), "r"(b.lo), "r"(b.hi));
+}
+
+// c += A B with A and B row-major (O = P V: B's rows are V's rows).
+__device__ __forceinline__ void mma884_row_row(float (&c)[8], Half4 a, Half4 b) {
+  asm volatile(
+      "mma.sync.aligned.m8n8k4.row.row.f32.f16.f16.f32 {%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9}, {%10, %11}, "
+      "{%0, %1, %2, %3, %4, %5, %6, %7};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7])
+      : "r"(a.lo), "r"(a.hi), "r"(b.lo), "r"(b.hi));
+}
+
+// The 4 consecutive halves at `p` (8-byte aligned) of shared memory.
+__device__ __forceinline__ Half4 load_half4(const void* p) {
+  const uint2 v = *static_cast<const uint2*>(p);
+  return Half4{v.x, v.y};
+}
+
+}  // namespace flashattn::detail::cuda::sm70

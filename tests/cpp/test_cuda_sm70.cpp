@@ -1,0 +1,261 @@
+// cuda_sm70 (Volta tensor cores, mma.sync.m8n8k4). Two parts:
+//  * host checks: a model of the instruction built from the PTX ISA's per-lane fragment tables, fed the
+//    operands each lane loads (sm70/mma884_layout.h), must give the plain matrix product at the
+//    coordinates the kernel reads its accumulators from; the tile shapes fit sm_70's shared memory;
+//  * GPU checks against the fp64 reference (skipped without a GPU): tile-boundary sweeps per head-dim
+//    bucket, dropout, masks, and the same calls through the embedded sm_70 image's PTX
+//    (FLASHATTN_SM70_IMAGE=1), the path a Volta GPU takes.
+// The shared forward catalogue (test_backend_forward.cpp) runs on this backend as well.
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include "attention_case.h"
+#include "criterion.h"
+#include "cuda/attn/head_dim.h"
+#include "cuda/sm70/fwd_tile.h"
+#include "cuda/sm70/mma884_layout.h"
+#include "gpu_test.h"
+#include "naive_lowp.h"
+#include "outputs_criterion.h"
+
+namespace fa_test {
+namespace {
+
+namespace sm70 = flashattn::detail::cuda::sm70;
+
+// ---------------------------------------------------------------------------------------------------
+// Host: the m8n8k4 model
+
+// One warp-wide mma.sync.m8n8k4 with f32 accumulators as the PTX ISA specifies it: quadpair q (lanes
+// 4q..4q+3 and 4q+16..4q+19) multiplies the A and B its lanes hold and hands lane l of it the accumulators
+// c_i = C_q[row][col], row = (l & 1) + (i & 2) + 4 (l >= 16), col = (i & 4) + (l & 2) + (i & 1).
+// a[l][j]: lane l's A elements a0..a3 (row-major A: row l % 4 + 4 (l >= 16), column j).
+// b[l][j]: lane l's B elements b0..b3; col-major B: row j, column l % 4 + 4 (l >= 16); row-major B:
+// row l % 4, column j + 4 (l >= 16).
+using LaneQuad = std::array<std::array<float, 4>, 32>;
+using LaneAcc = std::array<std::array<float, 8>, 32>;
+
+LaneAcc model_mma884(const LaneQuad& a, const LaneQuad& b, bool b_col_major) {
+  LaneAcc c{};
+  for (int q = 0; q < 4; ++q) {
+    float A[8][4] = {}, B[4][8] = {};
+    for (int half = 0; half < 2; ++half)
+      for (int t = 0; t < 4; ++t) {
+        const int lane = 4 * q + 16 * half + t;
+        for (int j = 0; j < 4; ++j) {
+          A[t + 4 * half][j] = a[lane][j];
+          if (b_col_major)
+            B[j][t + 4 * half] = b[lane][j];
+          else
+            B[t][j + 4 * half] = b[lane][j];
+        }
+      }
+    for (int half = 0; half < 2; ++half)
+      for (int t = 0; t < 4; ++t) {
+        const int lane = 4 * q + 16 * half + t;
+        for (int i = 0; i < 8; ++i) {
+          const int row = (lane & 1) + (i & 2) + 4 * half, col = (i & 4) + (lane & 2) + (i & 1);
+          float sum = 0.0f;
+          for (int k = 0; k < 4; ++k) sum += A[row][k] * B[k][col];
+          c[lane][i] = sum;
+        }
+      }
+  }
+  return c;
+}
+
+// Small integers: every product and sum is exact in float.
+float value(int r, int c, int salt) { return float((r * 7 + c * 3 + salt) % 11 - 5); }
+
+// S = Q K^T over one k4 step, as fwd_kernel.cuh loads it: lane l's A is Q row a_row(l), its (col-major) B
+// is K row b_col(l); accumulator i lands at S[c_row(l, i)][c_col(l, i)].
+TEST(CudaSm70Layout, QKProductLandsWhereTheKernelReadsIt) {
+  LaneQuad a{}, b{};
+  for (int lane = 0; lane < 32; ++lane)
+    for (int j = 0; j < 4; ++j) {
+      a[lane][j] = value(sm70::a_row(lane), j, 1);  // Q[row][k]
+      b[lane][j] = value(sm70::b_col(lane), j, 2);  // K[key][k]
+    }
+  const LaneAcc c = model_mma884(a, b, true);
+  int seen[16][16] = {};
+  for (int lane = 0; lane < 32; ++lane)
+    for (int i = 0; i < 8; ++i) {
+      const int row = sm70::c_row(lane, i), key = sm70::c_col(lane, i);
+      ASSERT_TRUE(row >= 0 && row < 16 && key >= 0 && key < 16);
+      float expect = 0.0f;
+      for (int k = 0; k < 4; ++k) expect += value(row, k, 1) * value(key, k, 2);
+      EXPECT_EQ(c[lane][i], expect) << "lane " << lane << " accumulator " << i;
+      ++seen[row][key];
+    }
+  for (int r = 0; r < 16; ++r)
+    for (int k = 0; k < 16; ++k) EXPECT_EQ(seen[r][k], 1) << "S[" << r << "][" << k << "]";
+}
+
+// O = P V over one k4 step: lane l's A is P row a_row(l) (keys 0..3), its row-major B is V row b_row_k(l),
+// dims b_row_col0(l) .. + 3; accumulator i lands at O[c_row(l, i)][c_col(l, i)].
+TEST(CudaSm70Layout, PVProductLandsWhereTheKernelReadsIt) {
+  LaneQuad a{}, b{};
+  for (int lane = 0; lane < 32; ++lane)
+    for (int j = 0; j < 4; ++j) {
+      a[lane][j] = value(sm70::a_row(lane), j, 3);                             // P[row][key]
+      b[lane][j] = value(sm70::b_row_k(lane), sm70::b_row_col0(lane) + j, 4);  // V[key][dim]
+    }
+  const LaneAcc c = model_mma884(a, b, false);
+  int seen[16][16] = {};
+  for (int lane = 0; lane < 32; ++lane)
+    for (int i = 0; i < 8; ++i) {
+      const int row = sm70::c_row(lane, i), dim = sm70::c_col(lane, i);
+      float expect = 0.0f;
+      for (int k = 0; k < 4; ++k) expect += value(row, k, 3) * value(k, dim, 4);
+      EXPECT_EQ(c[lane][i], expect) << "lane " << lane << " accumulator " << i;
+      ++seen[row][dim];
+    }
+  for (int r = 0; r < 16; ++r)
+    for (int d = 0; d < 16; ++d) EXPECT_EQ(seen[r][d], 1) << "O[" << r << "][" << d << "]";
+}
+
+// The kernel's row reductions and its P staging rely on: a lane's accumulators lie on rows c_row(l, 0)
+// (i & 2 = 0) and c_row(l, 0) + 2 (i & 2 = 2); the lanes holding a row are those that differ only in the
+// bits of kRowShuffle1 and kRowShuffle2; accumulators i, i + 1 (i even) are adjacent columns; and the LSE
+// writer (c_col(l, 0) == 0) is one lane per row.
+TEST(CudaSm70Layout, RowOwnershipMatchesTheShufflesAndPairs) {
+  for (int lane = 0; lane < 32; ++lane) {
+    for (int i = 0; i < 8; ++i) {
+      EXPECT_EQ(sm70::c_row(lane, i), sm70::c_row(lane, 0) + (i & 2));
+      if (i % 2 == 0) {
+        EXPECT_EQ(sm70::c_col(lane, i + 1), sm70::c_col(lane, i) + 1);
+        EXPECT_EQ(sm70::c_col(lane, i) % 2, 0);
+      }
+    }
+    for (int other = 0; other < 32; ++other) {
+      const bool same_row = sm70::c_row(other, 0) == sm70::c_row(lane, 0);
+      const int diff = lane ^ other;
+      const bool shuffle_reach = (diff & ~(sm70::kRowShuffle1 | sm70::kRowShuffle2)) == 0;
+      EXPECT_EQ(same_row, shuffle_reach) << "lanes " << lane << " and " << other;
+    }
+  }
+  int writers[16] = {};
+  for (int lane = 0; lane < 32; ++lane)
+    if (sm70::c_col(lane, 0) == 0) {
+      ++writers[sm70::c_row(lane, 0)];
+      ++writers[sm70::c_row(lane, 2)];
+    }
+  for (int r = 0; r < 16; ++r) EXPECT_EQ(writers[r], 1) << "row " << r;
+}
+
+TEST(CudaSm70Layout, TilesFitSm70AndTileTheBuckets) {
+  for (int bucket : flashattn::detail::cuda::attn::kHeadDimBuckets) {
+    const sm70::FwdTile t = sm70::fwd_tile(bucket);
+    EXPECT_LE(t.smem_bytes(), 96 * 1024) << bucket;
+    EXPECT_EQ(bucket % 16, 0) << bucket;             // 16-dim column groups of O
+    EXPECT_EQ(t.block_n() % 16, 0) << bucket;        // 16-key column groups of S, k4 steps of P V
+    EXPECT_EQ(t.row_pitch() * 2 % 16, 0) << bucket;  // 16-byte rows: vector loads and 8-byte operands
+    EXPECT_EQ(t.p_pitch() % 4, 0) << bucket;         // P rows: 8-byte A operands
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// GPU: the backend against the reference
+
+constexpr const char* kBackend = "cuda_sm70";
+
+#define FA_SKIP_IF_UNSUPPORTED(body)                                            \
+  try {                                                                         \
+    body;                                                                       \
+  } catch (const flashattn::Error& e) {                                         \
+    if (e.status() == flashattn::Status::unsupported) GTEST_SKIP() << e.what(); \
+    throw;                                                                      \
+  }
+
+void expect_forward_matches(const AttnConfig& cfg, uint64_t seed) {
+  SCOPED_TRACE(cfg.name());
+  const AttnInputs in = make_inputs(cfg, seed);
+  FwdOutputs got;
+  FA_SKIP_IF_UNSUPPORTED(got = run_forward(in, kBackend, Device::cuda(0)));
+  const FwdOutputs ref = reference_forward(in);
+  const NaiveOutputs naive = naive_lowp(in, false);
+  expect_forward_within_criterion(got, ref, naive, cfg.dtype);
+}
+
+AttnConfig small_config(int bucket, int64_t sq, int64_t sk, bool causal) {
+  AttnConfig c;
+  c.dtype = DType::f16;
+  c.head_dim = (bucket / 32) % 2 == 0 ? bucket : bucket - 8;  // every other bucket 8 below it: padded dims
+  c.batch = 1;
+  c.heads = 2;
+  c.heads_k = 1;
+  c.seqlen_q = sq;
+  c.seqlen_k = sk;
+  c.causal = causal;
+  return c;
+}
+
+class CudaSm70Buckets : public testing::TestWithParam<int> {};
+
+// Query and key counts one below, at and one above the tile, causal or not, with and without a softcap.
+TEST_P(CudaSm70Buckets, ForwardAtTileBoundaries) {
+  FA_SKIP_WITHOUT_GPU("cuda_sm70");
+  const int bucket = GetParam();
+  const sm70::FwdTile tile = sm70::fwd_tile(bucket);
+  uint64_t seed = 100;
+  for (int dm : {-1, 0, 1})
+    for (int dn : {-1, 0, 1})
+      for (bool causal : {false, true}) {
+        AttnConfig c = small_config(bucket, sm70::FwdTile::kBlockM + dm, tile.block_n() + dn, causal);
+        if (dn == 1) c.softcap = 20.0f;
+        expect_forward_matches(c, ++seed);
+      }
+}
+
+INSTANTIATE_TEST_SUITE_P(HeadDims, CudaSm70Buckets, testing::ValuesIn(flashattn::detail::cuda::attn::kHeadDimBuckets),
+                         [](const testing::TestParamInfo<int>& info) { return "d" + std::to_string(info.param); });
+
+TEST(CudaSm70, DropoutWindowAlibiGqaMatchReference) {
+  FA_SKIP_WITHOUT_GPU("cuda_sm70");
+  uint64_t seed = 40;
+  for (int d : {64, 128, 256}) {
+    AttnConfig c;
+    c.dtype = DType::f16;
+    c.batch = 2, c.seqlen_q = 150, c.seqlen_k = 190, c.heads = 4, c.heads_k = 2, c.head_dim = d;
+    c.dropout_p = 0.5f;
+    c.dropout_seed = 987654321;
+    c.dropout_offset = 3;
+    expect_forward_matches(c, ++seed);
+    c.dropout_p = 0.0f;
+    c.window_left = 37, c.window_right = 5;
+    c.alibi = true;
+    expect_forward_matches(c, ++seed);
+  }
+}
+
+TEST(CudaSm70, VarlenWithEmptySequencesMatchesReference) {
+  FA_SKIP_WITHOUT_GPU("cuda_sm70");
+  AttnConfig c;
+  c.dtype = DType::f16, c.heads = 4, c.heads_k = 1, c.head_dim = 96;
+  c.varlen_q = {70, 0, 1, 129}, c.varlen_k = {65, 3, 0, 200};
+  c.causal = true;
+  expect_forward_matches(c, 60);
+}
+
+// The calls above once more through the embedded image's PTX (loaded with the runtime's library API and
+// compiled by the driver), the path a Volta GPU takes with its cubin.
+TEST(CudaSm70, EmbeddedImageMatchesReference) {
+  FA_SKIP_WITHOUT_GPU("cuda_sm70");
+  ASSERT_EQ(setenv("FLASHATTN_SM70_IMAGE", "1", 1), 0);
+  uint64_t seed = 80;
+  for (int bucket : {64, 128, 256})
+    for (bool causal : {false, true}) expect_forward_matches(small_config(bucket, 100, 130, causal), ++seed);
+  AttnConfig c;
+  c.dtype = DType::f16, c.batch = 2, c.seqlen_q = 90, c.seqlen_k = 120, c.heads = 4, c.heads_k = 4, c.head_dim = 64;
+  c.dropout_p = 0.25f, c.dropout_seed = 5, c.dropout_offset = 7;
+  expect_forward_matches(c, ++seed);
+  ASSERT_EQ(unsetenv("FLASHATTN_SM70_IMAGE"), 0);
+}
+
+}  // namespace
+}  // namespace fa_test
