@@ -2,21 +2,23 @@
 //  * host checks: a model of the instruction built from the PTX ISA's per-lane fragment tables, fed the
 //    operands each lane loads (sm70/mma884_layout.h), must give the plain matrix product at the
 //    coordinates the kernel reads its accumulators from; the tile shapes fit sm_70's shared memory;
-//  * GPU checks against the fp64 reference (skipped without a GPU): tile-boundary sweeps per head-dim
-//    bucket, dropout, masks, and the same calls through the embedded sm_70 image's PTX
-//    (FLASHATTN_SM70_IMAGE=1), the path a Volta GPU takes.
-// The shared forward catalogue (test_backend_forward.cpp) runs on this backend as well.
+//  * GPU checks against the fp64 reference (skipped without a GPU): forward and backward tile-boundary
+//    sweeps per head-dim bucket, dropout, masks, varlen, bitwise repeatability of the backward, and the
+//    same calls through the embedded sm_70 image's PTX (FLASHATTN_SM70_IMAGE=1), the path a Volta GPU takes.
+// The shared forward and backward catalogues (test_backend_forward/backward.cpp) run on this backend too.
 
 #include <gtest/gtest.h>
 
 #include <array>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "attention_case.h"
 #include "criterion.h"
 #include "cuda/attn/head_dim.h"
+#include "cuda/sm70/bwd_tile.h"
 #include "cuda/sm70/fwd_tile.h"
 #include "cuda/sm70/mma884_layout.h"
 #include "gpu_test.h"
@@ -156,6 +158,15 @@ TEST(CudaSm70Layout, TilesFitSm70AndTileTheBuckets) {
     EXPECT_EQ(t.block_n() % 16, 0) << bucket;        // 16-key column groups of S, k4 steps of P V
     EXPECT_EQ(t.row_pitch() * 2 % 16, 0) << bucket;  // 16-byte rows: vector loads and 8-byte operands
     EXPECT_EQ(t.p_pitch() % 4, 0) << bucket;         // P rows: 8-byte A operands
+    const sm70::BwdTile bt = sm70::bwd_tile(bucket);
+    EXPECT_LE(bt.kv_smem_bytes(), 96 * 1024) << bucket;
+    EXPECT_LE(bt.dq_smem_bytes(), 96 * 1024) << bucket;
+    EXPECT_EQ(bt.q_rows() % 16, 0) << bucket;  // 16-query column groups of S^T
+    EXPECT_EQ(bt.block_n() % 16, 0) << bucket;
+    EXPECT_EQ(bt.kv_stage_pitch() % 4, 0) << bucket;
+    EXPECT_EQ(bt.dq_stage_pitch() % 4, 0) << bucket;
+    // The LSE and D arrays after the halves of the dK/dV kernel's shared memory are 16-byte aligned.
+    EXPECT_EQ((bt.kv_smem_bytes() - 2 * bt.q_rows() * 4) % 16, 0) << bucket;
   }
 }
 
@@ -180,6 +191,17 @@ void expect_forward_matches(const AttnConfig& cfg, uint64_t seed) {
   const FwdOutputs ref = reference_forward(in);
   const NaiveOutputs naive = naive_lowp(in, false);
   expect_forward_within_criterion(got, ref, naive, cfg.dtype);
+}
+
+void expect_backward_matches(const AttnConfig& cfg, uint64_t seed) {
+  SCOPED_TRACE(cfg.name());
+  const AttnInputs in = make_inputs(cfg, seed);
+  BwdOutputs got;
+  FA_SKIP_IF_UNSUPPORTED(
+      got = run_backward(in, run_forward(in, kBackend, Device::cuda(0)), kBackend, Device::cuda(0), false));
+  const BwdOutputs ref = reference_backward(in);
+  const NaiveOutputs naive = naive_lowp(in, true);
+  expect_backward_within_criterion(got, ref, naive, cfg.dtype);
 }
 
 AttnConfig small_config(int bucket, int64_t sq, int64_t sk, bool causal) {
@@ -212,6 +234,22 @@ TEST_P(CudaSm70Buckets, ForwardAtTileBoundaries) {
       }
 }
 
+// Key counts around the dK/dV kernel's 64 keys and the dQ kernel's key tile, query counts around the dQ
+// kernel's 64 rows and the dK/dV kernel's query step, causal or not; a softcap on some (its derivative).
+TEST_P(CudaSm70Buckets, BackwardAtTileBoundaries) {
+  FA_SKIP_WITHOUT_GPU("cuda_sm70");
+  const int bucket = GetParam();
+  const sm70::BwdTile tile = sm70::bwd_tile(bucket);
+  uint64_t seed = 200;
+  for (int64_t sk : {int64_t(sm70::BwdTile::kRows) - 1, int64_t(sm70::BwdTile::kRows) + 1, int64_t(tile.block_n()) + 1})
+    for (int64_t sq : {int64_t(sm70::BwdTile::kRows) + 1, int64_t(tile.q_rows()) - 1})
+      for (bool causal : {false, true}) {
+        AttnConfig c = small_config(bucket, sq, sk, causal);
+        if (sq == tile.q_rows() - 1) c.softcap = 20.0f;
+        expect_backward_matches(c, ++seed);
+      }
+}
+
 INSTANTIATE_TEST_SUITE_P(HeadDims, CudaSm70Buckets, testing::ValuesIn(flashattn::detail::cuda::attn::kHeadDimBuckets),
                          [](const testing::TestParamInfo<int>& info) { return "d" + std::to_string(info.param); });
 
@@ -226,10 +264,12 @@ TEST(CudaSm70, DropoutWindowAlibiGqaMatchReference) {
     c.dropout_seed = 987654321;
     c.dropout_offset = 3;
     expect_forward_matches(c, ++seed);
+    expect_backward_matches(c, ++seed);
     c.dropout_p = 0.0f;
     c.window_left = 37, c.window_right = 5;
     c.alibi = true;
     expect_forward_matches(c, ++seed);
+    expect_backward_matches(c, ++seed);
   }
 }
 
@@ -240,9 +280,27 @@ TEST(CudaSm70, VarlenWithEmptySequencesMatchesReference) {
   c.varlen_q = {70, 0, 1, 129}, c.varlen_k = {65, 3, 0, 200};
   c.causal = true;
   expect_forward_matches(c, 60);
+  expect_backward_matches(c, 61);
 }
 
-// The calls above once more through the embedded image's PTX (loaded with the runtime's library API and
+// Every gradient element is written by one CTA (no atomics): two runs give the same bits.
+TEST(CudaSm70, BackwardIsBitwiseRepeatable) {
+  FA_SKIP_WITHOUT_GPU("cuda_sm70");
+  AttnConfig c;
+  c.dtype = DType::f16, c.batch = 2, c.seqlen_q = 200, c.seqlen_k = 300, c.heads = 8, c.heads_k = 2;
+  c.head_dim = 128;
+  c.causal = true;
+  const AttnInputs in = make_inputs(c, 70);
+  BwdOutputs first, second;
+  FA_SKIP_IF_UNSUPPORTED(
+      first = run_backward(in, run_forward(in, kBackend, Device::cuda(0)), kBackend, Device::cuda(0), false));
+  second = run_backward(in, run_forward(in, kBackend, Device::cuda(0)), kBackend, Device::cuda(0), false);
+  EXPECT_EQ(std::memcmp(first.dq.data(), second.dq.data(), first.dq.nbytes()), 0);
+  EXPECT_EQ(std::memcmp(first.dk.data(), second.dk.data(), first.dk.nbytes()), 0);
+  EXPECT_EQ(std::memcmp(first.dv.data(), second.dv.data(), first.dv.nbytes()), 0);
+}
+
+// Calls like the above once more through the embedded image's PTX (loaded with the runtime's library API and
 // compiled by the driver), the path a Volta GPU takes with its cubin.
 TEST(CudaSm70, EmbeddedImageMatchesReference) {
   FA_SKIP_WITHOUT_GPU("cuda_sm70");
@@ -254,6 +312,8 @@ TEST(CudaSm70, EmbeddedImageMatchesReference) {
   c.dtype = DType::f16, c.batch = 2, c.seqlen_q = 90, c.seqlen_k = 120, c.heads = 4, c.heads_k = 4, c.head_dim = 64;
   c.dropout_p = 0.25f, c.dropout_seed = 5, c.dropout_offset = 7;
   expect_forward_matches(c, ++seed);
+  expect_backward_matches(c, ++seed);
+  for (int bucket : {64, 160}) expect_backward_matches(small_config(bucket, 70, 90, true), ++seed);
   ASSERT_EQ(unsetenv("FLASHATTN_SM70_IMAGE"), 0);
 }
 

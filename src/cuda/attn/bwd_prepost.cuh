@@ -28,8 +28,9 @@ __device__ __forceinline__ int64_t row_offset(const BwdProblem& p, const RowsVie
   return v.offset(row / p.seqlen_q, row % p.seqlen_q, h);
 }
 
+// The body of bwd_dsum_kernel, for entry points of their own (the sm_70 image, sm70/image_entries.cu).
 template <typename T>
-__global__ void __launch_bounds__(kPrepostThreads) bwd_dsum_kernel(const __grid_constant__ BwdArgs args) {
+__device__ __forceinline__ void bwd_dsum(const BwdArgs& args) {
   const BwdProblem& p = args.p;
   const int lane = int(threadIdx.x) & 31;
   const int64_t pair = int64_t(blockIdx.x) * (kPrepostThreads / 32) + threadIdx.x / 32;
@@ -51,6 +52,11 @@ __global__ void __launch_bounds__(kPrepostThreads) bwd_dsum_kernel(const __grid_
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
   if (lane == 0) args.dsum[h * p.total_q + row] = acc;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kPrepostThreads) bwd_dsum_kernel(const __grid_constant__ BwdArgs args) {
+  bwd_dsum<T>(args);
 }
 
 template <typename T>

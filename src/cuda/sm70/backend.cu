@@ -1,12 +1,12 @@
-// The cuda_sm70 backend: FlashAttention-2 forward on Volta's tensor cores (mma.sync.m8n8k4, fwd_kernel.cuh)
-// for compute capability 7.0 and newer, f16 only (Volta has no bf16 tensor-core instruction), head dims up
-// to 256 (the dispatcher pads those that are not multiples of 8). The kernel uses only sm_70 instructions,
-// so this file, built for the architectures of FLASHATTN_CUDA_ARCHS (80 and 90a by default: CUDA 13
+// The cuda_sm70 backend: FlashAttention-2 forward and backward on Volta's tensor cores (mma.sync.m8n8k4,
+// fwd_kernel.cuh, bwd_kernel.cuh) for compute capability 7.0 and newer, f16 only (Volta has no bf16 tensor-core
+// instruction), head dims up to 256 (the dispatcher pads those that are not multiples of 8). The kernel uses only sm_70
+// instructions, so this file, built for the architectures of FLASHATTN_CUDA_ARCHS (80 and 90a by default: CUDA 13
 // compiles nothing older than sm_75), runs the same code on any later GPU when the call names the backend;
 // a Volta GPU runs the build's sm_70 image of the same kernel (image.h).
 //
-// Opt-in (Backend::default_decline) until the kernel has been run on a GPU; no backward and no KV-cache
-// path yet (docs/kernels.md, "cuda_sm70").
+// Opt-in (Backend::default_decline) until the kernels have been run on a GPU; no KV-cache path yet
+// (docs/kernels.md, "cuda_sm70").
 
 #include <cuda_runtime_api.h>
 
@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "api/backends.h"
+#include "cuda/attn/bwd_prepost.cuh"
 #include "cuda/attn/head_dim.h"
 #include "cuda/attn/score_args.h"
 #include "cuda/attn/switch.h"
@@ -24,6 +25,9 @@
 #include "cuda/common/device_guard.h"
 #include "cuda/common/device_props.h"
 #include "cuda/common/launch.h"
+#include "cuda/common/workspace.h"
+#include "cuda/sm70/bwd_kernel.cuh"
+#include "cuda/sm70/bwd_tile.h"
 #include "cuda/sm70/fwd_kernel.cuh"
 #include "cuda/sm70/fwd_tile.h"
 #include "cuda/sm70/image.h"
@@ -32,9 +36,29 @@ namespace flashattn::detail::cuda::sm70 {
 
 namespace {
 
-int64_t fwd_blocks(const FwdProblem& p) { return ceil_div(p.seqlen_q, FwdTile::kBlockM) * p.heads * p.batch; }
+// Launches `compiled` (a kernel of this library) or, on a device that runs the sm_70 image (image.h), the
+// image's kernel `image_name`: the same code either way, with one argument, `args`.
+template <typename Args>
+void launch(const void* compiled, const std::string& image_name, int64_t blocks, int threads, size_t smem, Args& args,
+            int device, cudaStream_t stream, const char* what) {
+  const dim3 grid = grid_1d(blocks, what);
+  void* params[] = {&args};
+  if (runs_image(device)) {
+    const cudaKernel_t kernel = image_kernel(image_name, device, smem);
+    FA_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(kernel), grid, dim3(threads), params, smem, stream));
+    return;
+  }
+  allow_dynamic_smem(compiled, smem, device, what);
+  FA_CUDA_CHECK(cudaLaunchKernel(compiled, grid, dim3(threads), params, smem, stream));
+}
 
-std::string supports_fwd(const FwdProblem& p) {
+std::string bucket_name(const char* kernel, int bucket) { return std::string(kernel) + std::to_string(bucket); }
+
+int64_t fwd_blocks(const FwdProblem& p) { return ceil_div(p.seqlen_q, FwdTile::kBlockM) * p.heads * p.batch; }
+int64_t kv_blocks(const FwdProblem& p) { return ceil_div(p.seqlen_k, BwdTile::kRows) * p.heads_k * p.batch; }
+
+// What forward and backward share; `smem` is the largest footprint of the direction's kernels.
+std::string common_reason(const FwdProblem& p, int64_t smem) {
   if (p.dtype == DType::bf16)
     return "dtype bf16: Volta's tensor cores take f16 only (mma.m8n8k4 has no bf16 form); cuda_sm80 and the "
            "SIMT backends run bf16";
@@ -49,19 +73,38 @@ std::string supports_fwd(const FwdProblem& p) {
   const int bucket = attn::head_dim_bucket(p.head_dim);
   if (!attn::head_dim_compiled(bucket))
     return "head_dim bucket " + std::to_string(bucket) + " not compiled (FLASHATTN_HEAD_DIMS)";
-  // Sequence positions are int inside the kernel (tile indices, in-tile offsets).
+  // Sequence positions are int inside the kernels (tile indices, in-tile offsets).
   constexpr int64_t kMaxSeq = std::numeric_limits<int32_t>::max() - 256;
   if (p.seqlen_q > kMaxSeq || p.seqlen_k > kMaxSeq) return "sequence length above 2^31 - 257";
-  const int64_t smem = fwd_tile(bucket).smem_bytes();
   if (smem > d.smem_optin)
     return "needs " + std::to_string(smem) + " bytes of shared memory per CTA, cuda:" + std::to_string(p.device.index) +
            " allows " + std::to_string(d.smem_optin);
-  if (fwd_blocks(p) > kMaxGridX)
-    return "the query tiles need " + std::to_string(fwd_blocks(p)) + " CTAs, above the grid limit 2^31 - 1";
   for (const auto& [view, name] :
        {std::pair{p.q, "q"}, std::pair{p.k, "k"}, std::pair{p.v, "v"}, std::pair{p.out, "out"}})
     if (std::string r = unaligned16_reason(name, view, 2); !r.empty()) return r;
   return {};
+}
+
+std::string grid_reason(int64_t blocks, const char* what) {
+  if (blocks <= kMaxGridX) return {};
+  return std::string(what) + " need " + std::to_string(blocks) + " CTAs, above the grid limit 2^31 - 1";
+}
+
+std::string supports_fwd(const FwdProblem& p) {
+  const int bucket = attn::head_dim_bucket(p.head_dim);
+  if (std::string r = common_reason(p, fwd_tile(bucket).smem_bytes()); !r.empty()) return r;
+  return grid_reason(fwd_blocks(p), "the query tiles");
+}
+
+std::string supports_bwd(const BwdProblem& p) {
+  const BwdTile t = bwd_tile(attn::head_dim_bucket(p.head_dim));
+  const int64_t smem = t.kv_smem_bytes() > t.dq_smem_bytes() ? t.kv_smem_bytes() : t.dq_smem_bytes();
+  if (std::string r = common_reason(p, smem); !r.empty()) return r;
+  for (const auto& [view, name] :
+       {std::pair{p.dout, "dout"}, std::pair{p.dq, "dq"}, std::pair{p.dk, "dk"}, std::pair{p.dv, "dv"}})
+    if (std::string r = unaligned16_reason(name, view, 2); !r.empty()) return r;
+  if (std::string r = grid_reason(fwd_blocks(p), "the query tiles"); !r.empty()) return r;
+  return grid_reason(kv_blocks(p), "the key tiles");
 }
 
 void run_fwd(const FwdProblem& p, Stream stream) {
@@ -74,20 +117,52 @@ void run_fwd(const FwdProblem& p, Stream stream) {
   args.num_m_blocks = int(ceil_div(p.seqlen_q, FwdTile::kBlockM));
   attn::head_dim_switch(attn::head_dim_bucket(p.head_dim), [&](auto bucket) {
     constexpr int kHeadDim = decltype(bucket)::value;
-    const size_t smem = size_t(fwd_tile(kHeadDim).smem_bytes());
-    const dim3 grid = grid_1d(blocks, "cuda_sm70 forward");
-    if (runs_image(p.device.index)) {
-      // The kernel of the embedded sm_70 image (image.h), launched through its handle.
-      const cudaKernel_t kernel = image_fwd_kernel(kHeadDim, p.device.index, smem);
-      void* params[] = {&args};
-      FA_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(kernel), grid, dim3(FwdTile::kThreads), params, smem,
-                                     static_cast<cudaStream_t>(stream)));
-    } else {
-      auto kernel = fwd_kernel<kHeadDim>;
-      allow_dynamic_smem(kernel, smem, p.device.index, "cuda_sm70 forward");
-      kernel<<<grid, FwdTile::kThreads, smem, static_cast<cudaStream_t>(stream)>>>(args);
-      FA_CUDA_CHECK_LAUNCH("cuda_sm70 forward");
+    launch(reinterpret_cast<const void*>(fwd_kernel<kHeadDim>), bucket_name("flashattn_sm70_fwd_d", kHeadDim), blocks,
+           FwdTile::kThreads, size_t(fwd_tile(kHeadDim).smem_bytes()), args, p.device.index,
+           static_cast<cudaStream_t>(stream), "cuda_sm70 forward");
+  });
+}
+
+// D = rowsum(dO * O) (attn::bwd_dsum), then the dK/dV kernel (twice above head dim 128: dV, then dK) and
+// the dQ kernel (bwd_kernel.cuh). No atomics: every gradient element is written by one CTA, so the
+// deterministic mode is the only mode.
+void run_bwd(const BwdProblem& p, Stream stream) {
+  DeviceGuard guard(p.device);
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const int device = p.device.index;
+  BwdArgs args;
+  args.p = p;
+  args.s = attn::make_score_args(p);
+  args.num_n_blocks = int(ceil_div(p.seqlen_k, BwdTile::kRows));
+  args.num_m_blocks = int(ceil_div(p.seqlen_q, BwdTile::kRows));
+  const int64_t rows = p.total_q * p.heads;  // (query row, head) pairs
+  Workspace dsum(size_t(rows) * sizeof(float), s);
+  args.dsum = dsum.as<float>();
+  if (rows > 0)
+    launch(reinterpret_cast<const void*>(attn::bwd_dsum_kernel<__half>), "flashattn_sm70_bwd_dsum",
+           ceil_div(rows, attn::kPrepostThreads / 32), attn::kPrepostThreads, 0, args, device, s,
+           "cuda_sm70 backward D");
+  attn::head_dim_switch(attn::head_dim_bucket(p.head_dim), [&](auto bucket) {
+    constexpr int kHeadDim = decltype(bucket)::value;
+    constexpr BwdTile kTile = bwd_tile(kHeadDim);
+    const size_t kv_smem = size_t(kTile.kv_smem_bytes()), dq_smem = size_t(kTile.dq_smem_bytes());
+    if (const int64_t blocks = kv_blocks(p); blocks > 0) {
+      if constexpr (kTile.split_passes()) {
+        launch(reinterpret_cast<const void*>(bwd_kv_kernel<kHeadDim, true, false>),
+               bucket_name("flashattn_sm70_bwd_kv_dv_d", kHeadDim), blocks, BwdTile::kThreads, kv_smem, args, device, s,
+               "cuda_sm70 backward dV");
+        launch(reinterpret_cast<const void*>(bwd_kv_kernel<kHeadDim, false, true>),
+               bucket_name("flashattn_sm70_bwd_kv_dk_d", kHeadDim), blocks, BwdTile::kThreads, kv_smem, args, device, s,
+               "cuda_sm70 backward dK");
+      } else {
+        launch(reinterpret_cast<const void*>(bwd_kv_kernel<kHeadDim, true, true>),
+               bucket_name("flashattn_sm70_bwd_kv_d", kHeadDim), blocks, BwdTile::kThreads, kv_smem, args, device, s,
+               "cuda_sm70 backward dK/dV");
+      }
     }
+    if (const int64_t blocks = fwd_blocks(p); blocks > 0)
+      launch(reinterpret_cast<const void*>(bwd_dq_kernel<kHeadDim>), bucket_name("flashattn_sm70_bwd_dq_d", kHeadDim),
+             blocks, BwdTile::kThreads, dq_smem, args, device, s, "cuda_sm70 backward dQ");
   });
 }
 
@@ -107,6 +182,8 @@ const Backend& cuda_sm70_backend() {
       .device = DeviceType::cuda,
       .supports_fwd = cuda::sm70::supports_fwd,
       .run_fwd = cuda::sm70::run_fwd,
+      .supports_bwd = cuda::sm70::supports_bwd,
+      .run_bwd = cuda::sm70::run_bwd,
       .default_decline = cuda::sm70::not_yet_verified,
   };
   return b;

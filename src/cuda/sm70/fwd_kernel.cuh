@@ -32,6 +32,7 @@
 #include "cuda/sm70/fwd_tile.h"
 #include "cuda/sm70/mma884.cuh"
 #include "cuda/sm70/mma884_layout.h"
+#include "cuda/sm70/tile_load.cuh"
 
 namespace flashattn::detail::cuda::sm70 {
 
@@ -42,21 +43,6 @@ struct FwdArgs {
   ScoreArgs s;
   int num_m_blocks = 0;  // query tiles per (sequence, head), from seqlen_q (max_seqlen_q when varlen)
 };
-
-// Rows [0, rows) of a tile from global memory (row r at src + r * row_stride), 16-byte chunks; chunks past
-// d_chunks (head_dim / 8) and rows past `rows` are written as zeros, so the products need no bounds.
-template <int kTileRows, int kHeadDim, int kPitch, int kThreads>
-__device__ __forceinline__ void load_tile_rows(__half* tile, const __half* src, int64_t row_stride, int rows,
-                                               int d_chunks, int tid) {
-  constexpr int kChunks = kHeadDim / 8;
-#pragma unroll 4
-  for (int c = tid; c < kTileRows * kChunks; c += kThreads) {
-    const int r = c / kChunks, ch = c % kChunks;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (r < rows && ch < d_chunks) v = *reinterpret_cast<const uint4*>(src + r * row_stride + ch * 8);
-    *reinterpret_cast<uint4*>(tile + r * kPitch + ch * 8) = v;
-  }
-}
 
 // The whole CTA's work; the kernels are thin entry points around it (fwd_kernel below, and the named
 // entries of the sm_70 image, image_entries.cu).
@@ -189,12 +175,7 @@ __device__ __forceinline__ void fwd_cta(const FwdArgs& args) {
 
     // P to the warp's buffer: accumulators i and i + 1 are adjacent keys of one row.
     __syncwarp();  // every lane has read the previous tile's P
-#pragma unroll
-    for (int g = 0; g < kKeyGroups; ++g)
-#pragma unroll
-      for (int i = 0; i < 8; i += 2)
-        *reinterpret_cast<__half2*>(warp_p + c_row(lane, i) * kPPitch + 16 * g + c_col(lane, i)) =
-            __floats2half2_rn(s[g][i], s[g][i + 1]);
+    stage_acc<kKeyGroups, kPPitch>(warp_p, s, lane);
     __syncwarp();
 
     // O += P V. A lane's A operand is 4 consecutive keys of one query row, exactly one Philox draw of

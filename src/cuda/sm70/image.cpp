@@ -56,9 +56,8 @@ std::string image_variant(int device) {
   return wants_cubin(device) ? "cubin" : "ptx";
 }
 
-cudaKernel_t image_fwd_kernel(int bucket, int device, size_t smem_bytes) {
+cudaKernel_t image_kernel(const std::string& name, int device, size_t smem_bytes) {
   cudaLibrary_t lib = image_library(wants_cubin(device));
-  const std::string name = "flashattn_sm70_fwd_d" + std::to_string(bucket);
   cudaKernel_t kernel = nullptr;
   const cudaError_t err = cudaLibraryGetKernel(&kernel, lib, name.c_str());
   if (err != cudaSuccess)

@@ -15,9 +15,9 @@ namespace flashattn::detail::cuda::sm70 {
 // Whether cuda_sm70 launches the image's kernels on `device`: compute capability 7.x, or the variable set.
 bool runs_image(int device);
 
-// The image's forward kernel of a head-dim bucket, usable on `device` (its dynamic shared-memory limit
-// raised to `smem_bytes`). Throws flashattn::Error when the image cannot be loaded or lacks the kernel.
-cudaKernel_t image_fwd_kernel(int bucket, int device, size_t smem_bytes);
+// The image's kernel `name` (an entry of image_entries.cu), usable on `device` with `smem_bytes` of
+// dynamic shared memory. Throws flashattn::Error when the image cannot be loaded or lacks the kernel.
+cudaKernel_t image_kernel(const std::string& name, int device, size_t smem_bytes);
 
 // Which code a device runs: "compiled" (the library's own), "cubin" or "ptx" (the image, loaded).
 std::string image_variant(int device);

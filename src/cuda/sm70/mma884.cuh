@@ -4,7 +4,11 @@
 // operand layouts the sm70 kernels use (mma884_layout.h says which elements each lane passes and gets).
 // Valid PTX on sm_70 and every later architecture, so the kernels built for sm_80/sm_90 run the same code.
 
+#include <cuda_fp16.h>
+
 #include <cstdint>
+
+#include "cuda/sm70/mma884_layout.h"
 
 namespace flashattn::detail::cuda::sm70 {
 
@@ -35,6 +39,20 @@ __device__ __forceinline__ void mma884_row_row(float (&c)[8], Half4 a, Half4 b) 
 __device__ __forceinline__ Half4 load_half4(const void* p) {
   const uint2 v = *static_cast<const uint2*>(p);
   return Half4{v.x, v.y};
+}
+
+// Writes a warp's 16 x (16 kGroups) f32 accumulators acc[g][i] (column group g; mma884_layout.h) as f16 into
+// a row-major shared buffer of pitch kPitch halves, where they are read back as A operands: a lane's
+// accumulators and its A operand cover different elements. Accumulators i, i + 1 (i even) are adjacent
+// columns of one row: one 4-byte store each.
+template <int kGroups, int kPitch>
+__device__ __forceinline__ void stage_acc(__half* buf, const float (&acc)[kGroups][8], int lane) {
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g)
+#pragma unroll
+    for (int i = 0; i < 8; i += 2)
+      *reinterpret_cast<__half2*>(buf + c_row(lane, i) * kPitch + 16 * g + c_col(lane, i)) =
+          __floats2half2_rn(acc[g][i], acc[g][i + 1]);
 }
 
 }  // namespace flashattn::detail::cuda::sm70
