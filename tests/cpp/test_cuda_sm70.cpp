@@ -22,6 +22,7 @@
 #include "cuda/sm70/fwd_tile.h"
 #include "cuda/sm70/mma884_layout.h"
 #include "gpu_test.h"
+#include "kvcache_case.h"
 #include "naive_lowp.h"
 #include "outputs_criterion.h"
 
@@ -300,6 +301,37 @@ TEST(CudaSm70, BackwardIsBitwiseRepeatable) {
   EXPECT_EQ(std::memcmp(first.dv.data(), second.dv.data(), first.dv.nbytes()), 0);
 }
 
+// flash_attn_with_kvcache: paged and contiguous caches, new tokens with rotary, cache_batch_idx, leftpad,
+// causal and window, GQA; `image`: through the embedded image's PTX. The shared KV-cache catalogue
+// (test_backend_kvcache.cpp) covers more shapes on the compiled kernels.
+void expect_kvcache_cases_match(bool image) {
+  uint64_t seed = image ? 900 : 800;
+  for (int64_t page_size : {int64_t(0), int64_t(16)})
+    for (int64_t head_dim : {int64_t(64), int64_t(128), int64_t(200)}) {
+      KVConfig c;
+      c.dtype = DType::f16, c.batch = 3, c.heads = 8, c.heads_k = 2, c.head_dim = head_dim;
+      c.seqlen_q = 2, c.seqlen_new = 2, c.capacity = 160, c.page_size = page_size;
+      c.cache_seqlens = {150, 3, 77};
+      c.rotary_dim = 32, c.rotary_interleaved = head_dim == 64;
+      c.causal = true;
+      c.batch_idx = page_size == 0;
+      c.leftpad = page_size == 0 && head_dim == 128;
+      if (head_dim == 200) c.window_left = 40, c.window_right = 0;
+      SCOPED_TRACE(c.name());
+      const KVInputs in = make_kv_inputs(c, ++seed);
+      const KVOracle oracle = kv_oracle(in);
+      KVOutputs got;
+      FA_SKIP_IF_UNSUPPORTED(got = run_kvcache(in, kBackend, Device::cuda(0)));
+      EXPECT_TRUE(within_criterion("out", got.out, oracle.out, oracle.naive_out, c.dtype));
+      EXPECT_TRUE(within_criterion("softmax_lse", got.lse, oracle.lse, oracle.naive_lse, DType::f32));
+    }
+}
+
+TEST(CudaSm70, KVCacheMatchesReference) {
+  FA_SKIP_WITHOUT_GPU("cuda_sm70");
+  expect_kvcache_cases_match(false);
+}
+
 // Calls like the above once more through the embedded image's PTX (loaded with the runtime's library API and
 // compiled by the driver), the path a Volta GPU takes with its cubin.
 TEST(CudaSm70, EmbeddedImageMatchesReference) {
@@ -314,6 +346,7 @@ TEST(CudaSm70, EmbeddedImageMatchesReference) {
   expect_forward_matches(c, ++seed);
   expect_backward_matches(c, ++seed);
   for (int bucket : {64, 160}) expect_backward_matches(small_config(bucket, 70, 90, true), ++seed);
+  expect_kvcache_cases_match(true);
   ASSERT_EQ(unsetenv("FLASHATTN_SM70_IMAGE"), 0);
 }
 

@@ -1,12 +1,11 @@
-// The cuda_sm70 backend: FlashAttention-2 forward and backward on Volta's tensor cores (mma.sync.m8n8k4,
-// fwd_kernel.cuh, bwd_kernel.cuh) for compute capability 7.0 and newer, f16 only (Volta has no bf16 tensor-core
-// instruction), head dims up to 256 (the dispatcher pads those that are not multiples of 8). The kernel uses only sm_70
-// instructions, so this file, built for the architectures of FLASHATTN_CUDA_ARCHS (80 and 90a by default: CUDA 13
-// compiles nothing older than sm_75), runs the same code on any later GPU when the call names the backend;
-// a Volta GPU runs the build's sm_70 image of the same kernel (image.h).
+// The cuda_sm70 backend: FlashAttention-2 forward, backward and KV-cache forward on Volta's tensor cores
+// (mma.sync.m8n8k4, fwd_kernel.cuh, bwd_kernel.cuh) for compute capability 7.0 and newer, f16 only (Volta has no bf16
+// tensor-core instruction), head dims up to 256 (the dispatcher pads those that are not multiples of 8). The kernel
+// uses only sm_70 instructions, so this file, built for the architectures of FLASHATTN_CUDA_ARCHS (80 and 90a by
+// default: CUDA 13 compiles nothing older than sm_75), runs the same code on any later GPU when the call names the
+// backend; a Volta GPU runs the build's sm_70 image of the same kernel (image.h).
 //
-// Opt-in (Backend::default_decline) until the kernels have been run on a GPU; no KV-cache path yet
-// (docs/kernels.md, "cuda_sm70").
+// Opt-in (Backend::default_decline) until the kernels have been run on a GPU (docs/kernels.md, "cuda_sm70").
 
 #include <cuda_runtime_api.h>
 
@@ -16,6 +15,7 @@
 #include <utility>
 
 #include "api/backends.h"
+#include "cuda/attn/append_rotary.cuh"
 #include "cuda/attn/bwd_prepost.cuh"
 #include "cuda/attn/head_dim.h"
 #include "cuda/attn/score_args.h"
@@ -53,6 +53,12 @@ void launch(const void* compiled, const std::string& image_name, int64_t blocks,
 }
 
 std::string bucket_name(const char* kernel, int bucket) { return std::string(kernel) + std::to_string(bucket); }
+
+// The append + rotary step of a KV-cache call with an f16 cache (the image's flashattn_sm70_append_rotary).
+__global__ void __launch_bounds__(32 * attn::kAppendWarps) append_rotary_kernel(const KVCacheProblem p, __half* q_rot) {
+  attn::append_rotary_row<__half, __half>(p, q_rot, int(blockIdx.x) * attn::kAppendWarps + int(threadIdx.x) / 32,
+                                          int(threadIdx.x) % 32);
+}
 
 int64_t fwd_blocks(const FwdProblem& p) { return ceil_div(p.seqlen_q, FwdTile::kBlockM) * p.heads * p.batch; }
 int64_t kv_blocks(const FwdProblem& p) { return ceil_div(p.seqlen_k, BwdTile::kRows) * p.heads_k * p.batch; }
@@ -166,6 +172,95 @@ void run_bwd(const BwdProblem& p, Stream stream) {
   });
 }
 
+// flash_attn_with_kvcache: the append + rotary kernel (attn/append_rotary.cuh) when there are new tokens or
+// rotary, then the forward kernel over the cache's rows (fwd_rows.h, CacheRows). One CTA per query tile
+// and head, no split over the keys: a decode step of batch 1 fills few SMs (docs/kernels.md).
+std::string supports_kvcache(const KVCacheProblem& p) {
+  if (p.dtype != DType::f16)
+    return std::string("dtype ") + dtype_name(p.dtype) +
+           (p.dtype == DType::bf16 ? ": Volta's tensor cores take f16 only" : " (f16 only)");
+  if (p.cache_dtype != p.dtype) return std::string("a ") + dtype_name(p.cache_dtype) + " cache (f16 caches only)";
+  const DeviceProps& d = device_props(p.device.index);
+  if (!d.error.empty()) return d.error;
+  if (d.major < 7)
+    return "needs compute capability >= 7.0, cuda:" + std::to_string(p.device.index) + " is " +
+           std::to_string(d.major) + "." + std::to_string(d.minor);
+  if (p.head_dim > attn::kMaxHeadDim || p.head_dim % 8 != 0)
+    return "head_dim " + std::to_string(p.head_dim) + " (a multiple of 8 up to 256)";
+  const int bucket = attn::head_dim_bucket(p.head_dim);
+  if (!attn::head_dim_compiled(bucket))
+    return "head_dim bucket " + std::to_string(bucket) + " not compiled (FLASHATTN_HEAD_DIMS)";
+  constexpr int64_t kMaxRows = std::numeric_limits<int32_t>::max() - 256;
+  const CacheView& c = p.cache;
+  if (p.seqlen_q > kMaxRows || c.capacity > kMaxRows || c.page_size > kMaxRows)
+    return "seqlen_q, cache capacity or page_size above 2^31 - 257";
+  if (p.batch * (p.seqlen_new * p.heads_k + p.seqlen_q * p.heads) > kMaxRows)
+    return "batch * (seqlen_new * heads_k + seqlen_q * heads) rows to append or rotate above 2^31 - 257";
+  const int64_t smem = fwd_tile(bucket).smem_bytes();
+  if (smem > d.smem_optin)
+    return "needs " + std::to_string(smem) + " bytes of shared memory per CTA, cuda:" + std::to_string(p.device.index) +
+           " allows " + std::to_string(d.smem_optin);
+  if (std::string r = grid_reason(ceil_div(p.seqlen_q, FwdTile::kBlockM) * p.heads * p.batch, "the query tiles");
+      !r.empty())
+    return r;
+  const auto cache_reason = [&](const char* name, const void* ptr, int64_t bs, int64_t rs, int64_t hs) {
+    return unaligned16_reason(name, ptr, 2,
+                              {{"batch", bs, c.paged() ? c.num_blocks : c.batches},
+                               {"row", rs, c.paged() ? c.page_size : c.capacity},
+                               {"head", hs, p.heads_k}});
+  };
+  const auto rows_reason = [&](const char* name, const RowsView& v) {
+    return unaligned16_reason(
+        name, v.ptr, 2,
+        {{"batch", v.batch_stride, p.batch}, {"row", v.row_stride, p.seqlen_q}, {"head", v.head_stride, p.heads}});
+  };
+  for (const std::string& r :
+       {cache_reason("k_cache", c.k, c.k_batch_stride, c.k_row_stride, c.k_head_stride),
+        cache_reason("v_cache", c.v, c.v_batch_stride, c.v_row_stride, c.v_head_stride),
+        // With rotary the kernel reads the rotated copy of q (an aligned workspace) instead of q itself.
+        p.rotary.cos == nullptr ? rows_reason("q", p.q) : std::string(), rows_reason("out", p.out)})
+    if (!r.empty()) return r;
+  return {};
+}
+
+void run_kvcache(const KVCacheProblem& p, Stream stream) {
+  DeviceGuard guard(p.device);
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const int device = p.device.index;
+  const bool rotary = p.rotary.cos != nullptr;
+  Workspace q_rot(rotary ? size_t(p.batch * p.seqlen_q * p.heads * p.head_dim) * 2 : 0, s, p.workspace_allocator,
+                  p.workspace_context);
+  CacheArgs args;
+  args.p = p;
+  args.s.scale_log2 = float(double(p.score.softmax_scale) * double(attn::kLog2e));  // no dropout in KV-cache calls
+  args.s.group = int(p.group_size());
+  args.q_rot = rotary ? q_rot.as<__half>() : nullptr;
+  args.num_m_blocks = int(ceil_div(p.seqlen_q, FwdTile::kBlockM));
+  const int64_t append_rows = p.batch * p.seqlen_new * p.heads_k + (rotary ? p.batch * p.seqlen_q * p.heads : 0);
+  if (append_rows > 0) {
+    KVCacheProblem append = p;
+    __half* q_out = rotary ? q_rot.as<__half>() : nullptr;
+    void* params[] = {&append, &q_out};
+    const dim3 grid = grid_1d(ceil_div(append_rows, attn::kAppendWarps), "cuda_sm70 append");
+    if (runs_image(device)) {
+      const cudaKernel_t kernel = image_kernel("flashattn_sm70_append_rotary", device, 0);
+      FA_CUDA_CHECK(
+          cudaLaunchKernel(reinterpret_cast<const void*>(kernel), grid, dim3(32 * attn::kAppendWarps), params, 0, s));
+    } else {
+      FA_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(append_rotary_kernel), grid,
+                                     dim3(32 * attn::kAppendWarps), params, 0, s));
+    }
+  }
+  const int64_t blocks = ceil_div(p.seqlen_q, FwdTile::kBlockM) * p.heads * p.batch;
+  if (blocks == 0) return;
+  attn::head_dim_switch(attn::head_dim_bucket(p.head_dim), [&](auto bucket) {
+    constexpr int kHeadDim = decltype(bucket)::value;
+    launch(reinterpret_cast<const void*>(cache_kernel<kHeadDim>), bucket_name("flashattn_sm70_cache_d", kHeadDim),
+           blocks, FwdTile::kThreads, size_t(fwd_tile(kHeadDim).smem_bytes()), args, device, s,
+           "cuda_sm70 KV-cache forward");
+  });
+}
+
 std::string not_yet_verified() {
   return "opt-in: the m8n8k4 kernels have not yet run on a GPU (name backend='cuda_sm70' to run them)";
 }
@@ -184,6 +279,8 @@ const Backend& cuda_sm70_backend() {
       .run_fwd = cuda::sm70::run_fwd,
       .supports_bwd = cuda::sm70::supports_bwd,
       .run_bwd = cuda::sm70::run_bwd,
+      .supports_kvcache = cuda::sm70::supports_kvcache,
+      .run_kvcache = cuda::sm70::run_kvcache,
       .default_decline = cuda::sm70::not_yet_verified,
   };
   return b;

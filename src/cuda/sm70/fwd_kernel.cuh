@@ -11,6 +11,9 @@
 // sm_70 has neither cp.async nor ldmatrix: loads are plain vector loads, which the barrier orders, so
 // the load of tile n+1 does not overlap the products of tile n in this version.
 //
+// The same kernel serves flash_attn_with_kvcache (CacheArgs): only where its rows live differs
+// (fwd_rows.h), after the append + rotary kernel has written the new tokens (attn/append_rotary.cuh).
+//
 // The semantics are the shared ones: logits and visibility from common/score.h through attn/fragment_mask.cuh
 // (ScoreFn, Mask), the online softmax steps of attn/softmax.cuh (SoftmaxRow), dropout words from
 // common/philox.h, tile ranges from attn/tile_range.h. Only the map from registers to (query, key) differs
@@ -29,6 +32,7 @@
 #include "cuda/attn/softmax.cuh"
 #include "cuda/attn/tile_range.h"
 #include "cuda/common/ptx.h"
+#include "cuda/sm70/fwd_rows.h"
 #include "cuda/sm70/fwd_tile.h"
 #include "cuda/sm70/mma884.cuh"
 #include "cuda/sm70/mma884_layout.h"
@@ -38,16 +42,11 @@ namespace flashattn::detail::cuda::sm70 {
 
 using namespace attn;
 
-struct FwdArgs {
-  FwdProblem p;
-  ScoreArgs s;
-  int num_m_blocks = 0;  // query tiles per (sequence, head), from seqlen_q (max_seqlen_q when varlen)
-};
-
-// The whole CTA's work; the kernels are thin entry points around it (fwd_kernel below, and the named
-// entries of the sm_70 image, image_entries.cu).
-template <int kHeadDim>
-__device__ __forceinline__ void fwd_cta(const FwdArgs& args) {
+// The whole CTA's work for a call of kind Args (FwdArgs or CacheArgs: fwd_rows.h); the kernels are thin
+// entry points around it (fwd_kernel below, and the named entries of the sm_70 image, image_entries.cu).
+template <int kHeadDim, typename Args>
+__device__ __forceinline__ void fwd_cta(const Args& args) {
+  using Rows = typename RowsOf<Args>::type;
   constexpr FwdTile kTile = fwd_tile(kHeadDim);
   constexpr int kThreads = FwdTile::kThreads, kBlockM = FwdTile::kBlockM;
   constexpr int kBlockN = kTile.block_n(), kPitch = kTile.row_pitch(), kPPitch = kTile.p_pitch();
@@ -62,27 +61,25 @@ __device__ __forceinline__ void fwd_cta(const FwdArgs& args) {
   __half* sv = sk + kTile.kv_elems();
   __half* sp = sv + kTile.kv_elems();
 
-  const FwdProblem& p = args.p;
+  const auto& p = args.p;
   const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int tile = int(blockIdx.x);
   const int m_block = args.num_m_blocks - 1 - tile % args.num_m_blocks;
   const int64_t head_seq = tile / args.num_m_blocks;
   const int64_t h = head_seq % p.heads, b = head_seq / p.heads;
-  const SeqRange seq = seq_range(p, b);
+  const Rows seq(args, b, h);
+  const int64_t seq_q = seq.sq(), seq_k = seq.sk();
   const int64_t m0 = int64_t(m_block) * kBlockM;
-  if (m0 >= seq.sq) return;  // a tile past the end of a shorter (varlen) sequence
-  const int valid_rows = int(seq.sq - m0 < kBlockM ? seq.sq - m0 : kBlockM);
-  const Mask mask = make_mask(p.score, seq.sq, seq.sk);
+  if (m0 >= seq_q) return;  // a tile past the end of a shorter (varlen) sequence
+  const int valid_rows = int(seq_q - m0 < kBlockM ? seq_q - m0 : kBlockM);
+  const Mask mask = make_mask(p.score, seq_q, seq_k);
   const Range keys = keys_for_rows(mask, m0, m0 + valid_rows - 1);
   const int n_begin = int(keys.begin / kBlockN);
   const int n_end = keys.end > keys.begin ? int((keys.end + kBlockN - 1) / kBlockN) : n_begin;
-  const int64_t hk = h / args.s.group;
   const int d_chunks = int(p.head_dim / 8);
 
-  const __half* q_rows = static_cast<const __half*>(p.q.ptr) + p.q.offset(b, seq.q_start + m0, h);
-  const __half* k_seq = static_cast<const __half*>(p.k.ptr) + p.k.offset(b, seq.k_start, hk);
-  const __half* v_seq = static_cast<const __half*>(p.v.ptr) + p.v.offset(b, seq.k_start, hk);
-  load_tile_rows<kBlockM, kHeadDim, kPitch, kThreads>(sq, q_rows, p.q.row_stride, valid_rows, d_chunks, tid);
+  load_tile_rows_at<kBlockM, kHeadDim, kPitch, kThreads>(
+      sq, [&](int r) { return seq.q_row(m0 + r); }, valid_rows, d_chunks, tid);
 
   // This lane's two accumulator rows (c_row of i = 0 and i = 2), counted in the tile and in the sequence.
   const int warp_row0 = 16 * warp;
@@ -103,12 +100,12 @@ __device__ __forceinline__ void fwd_cta(const FwdArgs& args) {
 
   for (int n = n_begin; n < n_end; ++n) {
     const int64_t key0 = int64_t(n) * kBlockN;
-    const int rows = int(seq.sk - key0 < kBlockN ? seq.sk - key0 : kBlockN);
+    const int rows = int(seq_k - key0 < kBlockN ? seq_k - key0 : kBlockN);
     __syncthreads();  // every warp is done with the previous K and V tiles
-    load_tile_rows<kBlockN, kHeadDim, kPitch, kThreads>(sk, k_seq + key0 * p.k.row_stride, p.k.row_stride, rows,
-                                                        d_chunks, tid);
-    load_tile_rows<kBlockN, kHeadDim, kPitch, kThreads>(sv, v_seq + key0 * p.v.row_stride, p.v.row_stride, rows,
-                                                        d_chunks, tid);
+    load_tile_rows_at<kBlockN, kHeadDim, kPitch, kThreads>(
+        sk, [&](int r) { return seq.k_row(key0 + r); }, rows, d_chunks, tid);
+    load_tile_rows_at<kBlockN, kHeadDim, kPitch, kThreads>(
+        sv, [&](int r) { return seq.v_row(key0 + r); }, rows, d_chunks, tid);
     __syncthreads();  // Q (first tile), K and V are in shared memory
 
     float s[kKeyGroups][8];
@@ -185,11 +182,13 @@ __device__ __forceinline__ void fwd_cta(const FwdArgs& args) {
 #pragma unroll 2
     for (int kk = 0; kk < kPVSteps; ++kk) {
       Half4 a = load_half4(p_lane + 4 * kk);
-      if (args.s.dropout) {
-        const uint32_t keep =
-            keep_nibble(dropout_words(p.dropout, b, h, p.heads, a_seq_row, key0 + 4 * kk), args.s.drop_threshold);
-        a.lo &= ((keep & 1u) ? 0x0000ffffu : 0u) | ((keep & 2u) ? 0xffff0000u : 0u);
-        a.hi &= ((keep & 4u) ? 0x0000ffffu : 0u) | ((keep & 8u) ? 0xffff0000u : 0u);
+      if constexpr (Rows::kDropout) {
+        if (args.s.dropout) {
+          const uint32_t keep =
+              keep_nibble(dropout_words(p.dropout, b, h, p.heads, a_seq_row, key0 + 4 * kk), args.s.drop_threshold);
+          a.lo &= ((keep & 1u) ? 0x0000ffffu : 0u) | ((keep & 2u) ? 0xffff0000u : 0u);
+          a.hi &= ((keep & 4u) ? 0x0000ffffu : 0u) | ((keep & 8u) ? 0xffff0000u : 0u);
+        }
       }
       const __half* v_row = sv + (4 * kk + b_row_k(lane)) * kPitch + b_row_col0(lane);
 #pragma unroll
@@ -198,8 +197,7 @@ __device__ __forceinline__ void fwd_cta(const FwdArgs& args) {
   }
 
   // Epilogue: full row sums, then out = O / sum (0 for a row that saw no key) and LSE (+inf for it).
-  __half* out_tile = static_cast<__half*>(p.out.ptr) + p.out.offset(b, seq.q_start + m0, h);
-  const float keep_scale = args.s.dropout ? args.s.keep_scale : 1.0f;
+  const float keep_scale = args.s.dropout ? args.s.keep_scale : 1.0f;  // no dropout: ScoreArgs::dropout false
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float l = row_sum[r];
@@ -207,7 +205,7 @@ __device__ __forceinline__ void fwd_cta(const FwdArgs& args) {
     l += __shfl_xor_sync(0xffffffffu, l, kRowShuffle2);
     if (tile_row[r] >= valid_rows) continue;
     const float scale = l > 0.0f ? keep_scale / l : 0.0f;
-    __half* out_row = out_tile + tile_row[r] * p.out.row_stride;
+    __half* out_row = seq.out_row(seq_row[r]);
 #pragma unroll
     for (int g = 0; g < kDimGroups; ++g)
 #pragma unroll
@@ -217,14 +215,18 @@ __device__ __forceinline__ void fwd_cta(const FwdArgs& args) {
           *reinterpret_cast<__half2*>(out_row + d) = __floats2half2_rn(o[g][i] * scale, o[g][i + 1] * scale);
       }
     // One of the row's four lanes writes its LSE: the one holding columns 0 and 1.
-    if (p.lse.ptr != nullptr && c_col(lane, 0) == 0)
-      p.lse.ptr[p.lse.offset(b, seq.q_start + seq_row[r], h)] =
-          l > 0.0f ? row_max[r] * kLn2 + logf(l) : __builtin_huge_valf();
+    if (float* lse = seq.lse(seq_row[r]); lse != nullptr && c_col(lane, 0) == 0)
+      *lse = l > 0.0f ? row_max[r] * kLn2 + logf(l) : __builtin_huge_valf();
   }
 }
 
 template <int kHeadDim>
 __global__ void __launch_bounds__(FwdTile::kThreads) fwd_kernel(const __grid_constant__ FwdArgs args) {
+  fwd_cta<kHeadDim>(args);
+}
+
+template <int kHeadDim>
+__global__ void __launch_bounds__(FwdTile::kThreads) cache_kernel(const __grid_constant__ CacheArgs args) {
   fwd_cta<kHeadDim>(args);
 }
 

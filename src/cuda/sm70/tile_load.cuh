@@ -24,4 +24,17 @@ __device__ __forceinline__ void load_tile_rows(__half* tile, const __half* src, 
   }
 }
 
+// load_tile_rows for rows anywhere (a KV cache's pages): row r is at row_at(r).
+template <int kTileRows, int kHeadDim, int kPitch, int kThreads, typename RowAt>
+__device__ __forceinline__ void load_tile_rows_at(__half* tile, RowAt&& row_at, int rows, int d_chunks, int tid) {
+  constexpr int kChunks = kHeadDim / 8;
+#pragma unroll 4
+  for (int c = tid; c < kTileRows * kChunks; c += kThreads) {
+    const int r = c / kChunks, ch = c % kChunks;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (r < rows && ch < d_chunks) v = *reinterpret_cast<const uint4*>(row_at(r) + ch * 8);
+    *reinterpret_cast<uint4*>(tile + r * kPitch + ch * 8) = v;
+  }
+}
+
 }  // namespace flashattn::detail::cuda::sm70
