@@ -284,6 +284,22 @@ TEST(CudaSm70, VarlenWithEmptySequencesMatchesReference) {
   expect_backward_matches(c, 61);
 }
 
+// Paged K/V in the varlen forward (vLLM's prefill call), pages of 16 and 256 rows, and seqused_k.
+TEST(CudaSm70, PagedVarlenAndSequsedKMatchReference) {
+  FA_SKIP_WITHOUT_GPU("cuda_sm70");
+  uint64_t seed = 65;
+  for (int64_t page : {int64_t(16), int64_t(256)})
+    for (bool seqused : {false, true}) {
+      AttnConfig c;
+      c.dtype = DType::f16, c.heads = 8, c.heads_k = 2, c.head_dim = 128;
+      c.varlen_q = {1, 300, 17}, c.varlen_k = {400, 300, 33};
+      c.causal = true;
+      c.page_size = page;
+      c.seqused_k = seqused;
+      expect_forward_matches(c, ++seed);
+    }
+}
+
 // Every gradient element is written by one CTA (no atomics): two runs give the same bits.
 TEST(CudaSm70, BackwardIsBitwiseRepeatable) {
   FA_SKIP_WITHOUT_GPU("cuda_sm70");

@@ -288,6 +288,7 @@ const Backend& cuda_sm70_backend() {
       .run_bwd = cuda::sm70::run_bwd,
       .supports_kvcache = cuda::sm70::supports_kvcache,
       .run_kvcache = cuda::sm70::run_kvcache,
+      .paged_varlen_fwd = true,
       .default_decline = cuda::sm70::not_yet_verified,
   };
   return b;

@@ -1,7 +1,8 @@
 #pragma once
 
 // Where the rows of one (sequence, query head) live for the sm70 forward kernel, for its two kinds of
-// call: flash_attn_(varlen_)func (FwdArgs, rows from seq_range) and flash_attn_with_kvcache (CacheArgs:
+// call: flash_attn_(varlen_)func (FwdArgs, rows from seq_range, keys through common/score.h's key_offset:
+// paged K/V and seqused_k included) and flash_attn_with_kvcache (CacheArgs:
 // keys from the cache through cache_batch_idx, leftpad and the block table, common/kvcache.h; queries
 // from q or its rotated copy). fwd_kernel.cuh reads every row through these, so one kernel serves both.
 
@@ -43,11 +44,12 @@ struct FwdRows {
   FA_HD const __half* q_row(int64_t i) const {
     return static_cast<const __half*>(p.q.ptr) + p.q.offset(b, seq.q_start + i, h);
   }
+  // Paged K/V (flash_attn_varlen_func with block_table) through the block table, clamped to the pages.
   FA_HD const __half* k_row(int64_t j) const {
-    return static_cast<const __half*>(p.k.ptr) + p.k.offset(b, seq.k_start + j, hk);
+    return static_cast<const __half*>(p.k.ptr) + key_offset(p, p.k, seq, b, j, hk);
   }
   FA_HD const __half* v_row(int64_t j) const {
-    return static_cast<const __half*>(p.v.ptr) + p.v.offset(b, seq.k_start + j, hk);
+    return static_cast<const __half*>(p.v.ptr) + key_offset(p, p.v, seq, b, j, hk);
   }
   FA_HD __half* out_row(int64_t i) const {
     return static_cast<__half*>(p.out.ptr) + p.out.offset(b, seq.q_start + i, h);
