@@ -5,7 +5,9 @@ median time of each implementation on the same K/V data and reports the K+V byte
 fraction of a read-only ceiling measured in the same process (the larger of a torch.sum reduction and a
 custom 16-byte-load read kernel through cupy, when cupy is present), and the ratios against cuDNN and
 flash. With cupy it also times, per configuration, a read-only kernel over the same K and V (the floor of
-any kernel reading those bytes, launch included: it matters at batch 1 where the bytes take a few us);
+any kernel reading those bytes, launch included: it matters at batch 1 where the bytes take a few us),
+and on sm_90+ a bulk-copy probe of the same bytes (cp.async.bulk into a ring of shared-memory stages per
+SM, two ring sizes; the faster is reported: the floor a TMA-fed decode kernel would have);
 and a one-element fill gives the launch-and-event floor of the method. L2 is flushed before every timed
 call. Peers run non-causal on the contiguous cache (SDPA's is_causal is top-left aligned, not the
 bottom-right of decoding); cuda_decode runs non-causal too unless --causal. Paged configurations time
@@ -197,6 +199,66 @@ extern "C" __global__ void read_two(const uint4* __restrict__ a, const uint4* __
 """
 
 
+# The bulk-copy read probe (issue 34): the same bytes as read_two, streamed into shared memory by the copy
+# engine (cp.async.bulk, sm_90+) through a ring of STAGES stages of CHUNK bytes per SM, one driving thread
+# per block and one block per SM: bytes in flight without registers, as a TMA-fed decode kernel would have
+# them. Compiled with -DSTAGES=.. -DCHUNK=.. (BULK_SHAPES).
+BULK_KERNEL = r"""
+extern "C" __global__ void read_two_bulk(const unsigned char* __restrict__ a, const unsigned char* __restrict__ b,
+                                         unsigned long long bytes, unsigned* sink) {
+  // One block of one warp per SM; lane 0 drives a ring of kStages shared-memory stages filled by bulk copies
+  // (cp.async.bulk, completion counted on one mbarrier per stage). Chunk c of the 2 * chunks chunks (a's, then
+  // b's) goes to block c % gridDim.x; a stage is refilled as soon as its copy has landed and been read.
+  constexpr int kStages = STAGES;
+  constexpr unsigned kChunk = CHUNK;
+  extern __shared__ __align__(128) unsigned char buf[];
+  __shared__ __align__(8) unsigned long long full[kStages];
+  if (threadIdx.x != 0) return;
+  const unsigned long long chunks = (bytes + kChunk - 1) / kChunk;
+  const unsigned long long total = 2 * chunks;
+  unsigned acc = 0;
+  unsigned bar0 = (unsigned)__cvta_generic_to_shared(&full[0]);
+  unsigned buf0 = (unsigned)__cvta_generic_to_shared(buf);
+  for (int s = 0; s < kStages; ++s) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar0 + 8 * s));
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  auto issue = [&](unsigned long long c, int s) {
+    const unsigned char* src = c < chunks ? a + c * kChunk : b + (c - chunks) * kChunk;
+    const unsigned long long first = (c < chunks ? c : c - chunks) * kChunk;
+    const unsigned size = (unsigned)(bytes - first < kChunk ? bytes - first : kChunk);
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar0 + 8 * s), "r"(size) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     buf0 + s * kChunk),
+                 "l"(src), "r"(size), "r"(bar0 + 8 * s)
+                 : "memory");
+  };
+  unsigned long long c = blockIdx.x;
+  for (int s = 0; s < kStages && c + (unsigned long long)s * gridDim.x < total; ++s) issue(c + (unsigned long long)s * gridDim.x, s);
+  unsigned phase = 0;
+  int s = 0;
+  for (; c < total; c += gridDim.x) {
+    unsigned done = 0;
+    while (!done)
+      asm volatile(
+          "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+          : "=r"(done)
+          : "r"(bar0 + 8 * s), "r"(phase)
+          : "memory");
+    acc ^= *reinterpret_cast<const unsigned*>(buf + s * kChunk);  // the stage is read
+    const unsigned long long next = c + (unsigned long long)kStages * gridDim.x;
+    // The stage was read through the generic proxy; the next copy writes it through the async one.
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    if (next < total) issue(next, s);
+    if (++s == kStages) {
+      s = 0;
+      phase ^= 1;
+    }
+  }
+  if (acc == 0x9e3779b9u) sink[0] = acc;  // keeps the copies alive
+}
+"""
+BULK_SHAPES = ((4, 8192), (6, 16384))  # (stages, bytes per stage): 32 KB and 96 KB in flight per SM
+
+
 class ReadFloor:
     """Per configuration, the time of a read-only kernel over the configuration's own K and V (the same
     bytes, L2 flushed, graph or not as the implementations): what any decode kernel of that size costs at
@@ -215,6 +277,17 @@ class ReadFloor:
             self.sms = torch.cuda.get_device_properties(0).multi_processor_count
         except Exception:
             self.kernel = None
+        self.bulk = {}  # (stages, chunk) -> kernel, on sm_90+
+        self.bulk_error = None
+        if self.kernel is not None and torch.cuda.get_device_capability(0) >= (9, 0):
+            for stages, chunk in BULK_SHAPES:
+                try:
+                    k = self.cupy.RawKernel(BULK_KERNEL, "read_two_bulk",
+                                            options=(f"-DSTAGES={stages}", f"-DCHUNK={chunk}"))
+                    k.max_dynamic_shared_size_bytes = stages * chunk
+                    self.bulk[(stages, chunk)] = k
+                except Exception as e:
+                    self.bulk_error = repr(e)[:200]
 
     def read_fn(self, k, v, elems=None):
         """Reads the first `elems` elements (default all) of each of k and v."""
@@ -228,6 +301,21 @@ class ReadFloor:
             # The stream current at call time: the graph capture runs on its own stream.
             with cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
                 self.kernel((self.sms * 8,), (512,), (kc, vc, n16, self.sink))
+
+        return run
+
+    def bulk_fn(self, shape, k, v, elems=None):
+        """The bulk-copy probe of `shape` (stages, chunk) over the first `elems` elements of k and v."""
+        torch, cupy = self.torch, self.cupy
+        elems = k.numel() if elems is None else elems
+        kc = cupy.asarray(k.reshape(-1)[:elems].view(torch.int16))
+        vc = cupy.asarray(v.reshape(-1)[:elems].view(torch.int16))
+        nbytes = cupy.uint64(elems * 2)
+        kernel, smem = self.bulk[shape], shape[0] * shape[1]
+
+        def run():
+            with cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
+                kernel((self.sms,), (32,), (kc, vc, nbytes, self.sink), shared_mem=smem)
 
         return run
 
@@ -303,6 +391,17 @@ def run_config(torch, F, flashattn, timer, floor, cfg, args, peers_cache):
             row["x_vs_floor"] = row["read_floor_ms"] / ms
         except Exception as e:
             row["read_floor_error"] = repr(e)[:200]
+        for shape in floor.bulk:
+            try:
+                read = floor.bulk_fn(shape, k, v, row["kv_bytes"] // 4 if args.ragged else None)
+                row[f"bulk_floor_{shape[0]}x{shape[1]}_ms"] = timer(graphed(torch, read) if args.graph else read,
+                                                                    args.rep_ms)
+            except Exception as e:
+                row["bulk_floor_error"] = repr(e)[:200]
+        bulk = [v for key, v in row.items() if key.startswith("bulk_floor_") and key.endswith("_ms")]
+        if bulk:
+            row["bulk_floor_ms"] = min(bulk)
+            row["x_vs_bulk_floor"] = row["bulk_floor_ms"] / ms
 
     # Peers on the contiguous layout through (B, H, S, D) views (no copies); their figures are shared by
     # the paged variants of a configuration.
@@ -385,22 +484,24 @@ def fmt(x, spec):
 
 def print_table(rows, ceiling):
     print(f"\nK+V read bandwidth (TB/s); ceiling {ceiling:.2f} TB/s; x = cuda_decode / peer; floor us = a read-only "
-          "kernel over the same K and V, x floor = floor time / ours")
+          "kernel over the same K and V, x floor = floor time / ours; bulk us = the faster bulk-copy probe "
+          "(sm_90+)")
     print(f"{'D':>4} {'H/Hk':>6} {'B':>4} {'ctx':>7} {'Sq':>3} {'page':>5} | {'ours':>5} {'%ceil':>6} "
           f"{'cudnn':>6} {'flash':>6} {'x cudnn':>7} {'x flash':>7} | {'us':>8} {'floor us':>8} {'x floor':>7} "
-          f"{'maxdiff':>8}")
+          f"{'bulk us':>8} {'maxdiff':>8}")
     for r in rows:
         if "skipped" in r:
             continue
         pg = str(r["page_size"]) if r["page_size"] else "contig"
         ctx = f"{r['context']}{'r' if r.get('ragged') else ''}"  # r: ragged lengths up to this context
         floor_us = fmt(1e3 * r["read_floor_ms"], "8.1f") if "read_floor_ms" in r else "-"
+        bulk_us = fmt(1e3 * r["bulk_floor_ms"], "8.1f") if "bulk_floor_ms" in r else "-"
         print(f"{r['head_dim']:>4} {str(r['heads']) + '/' + str(r['heads_k']):>6} {r['batch']:>4} {ctx:>7} "
               f"{r['seqlen_q']:>3} {pg:>5} | {r['cuda_decode_tbps']:5.2f} {100 * r['cuda_decode_tbps'] / ceiling:5.1f}% "
               f"{fmt(r.get('cudnn_tbps'), '6.2f'):>6} {fmt(r.get('flash_tbps'), '6.2f'):>6} "
               f"{fmt(r.get('x_vs_cudnn'), '7.2f'):>7} {fmt(r.get('x_vs_flash'), '7.2f'):>7} | "
               f"{1e3 * r['cuda_decode_ms']:8.1f} {floor_us:>8} {fmt(r.get('x_vs_floor'), '7.2f'):>7} "
-              f"{fmt(r.get('max_abs_diff'), '8.1e'):>8}"
+              f"{bulk_us:>8} {fmt(r.get('max_abs_diff'), '8.1e'):>8}"
               + (f" | fp8 {1e3 * r['fp8_ms']:8.1f} us {r['fp8_tbps']:5.2f} TB/s x bf16 {r['fp8_x_bf16']:5.2f}"
                  if "fp8_ms" in r else ""))
 
@@ -422,6 +523,8 @@ def main(argv=None):
     result = {"machine": machine_info(torch), "args": vars(args), "ceilings": read_ceilings(torch, timer), "rows": []}
     ceiling = result["ceilings"]["ceiling_tbps"]
     floor = ReadFloor(torch)
+    if floor.bulk_error:
+        result["bulk_probe_error"] = floor.bulk_error
     tiny = torch.zeros(1, device="cuda")
     fill = lambda: tiny.fill_(1.0)
     result["ceilings"]["launch_floor_us"] = 1e3 * timer(graphed(torch, fill) if args.graph else fill, 100)
