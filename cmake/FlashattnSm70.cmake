@@ -2,9 +2,9 @@
 # kernels reach a V100 another way. src/cuda/sm70/image_entries.cu is compiled to PTX for the oldest
 # virtual architecture nvcc has, the PTX is retargeted to sm_70 (cmake/Sm70Image.cmake: the kernels use
 # only sm_70 instructions, which an assembler for sm_70 checks), and a CUDA 12 ptxas, when one is found,
-# assembles the sm_70 cubin from it. Both are embedded in the library (generated sm70_image.cpp) and
-# loaded at run time on compute capability 7.x (src/cuda/sm70/image.cpp): the cubin, else the PTX, which
-# the driver compiles on first use.
+# assembles the sm_70 cubin from it. Both go into one compressed fatbin (CUDA 13's fatbinary still writes
+# sm_70 entries), embedded in the library (generated sm70_image.cpp) and loaded at run time on compute
+# capability 7.x (src/cuda/sm70/image.cpp): the driver takes the cubin, or compiles the PTX on first use.
 #
 # FLASHATTN_SM70_PTXAS: the CUDA 12 ptxas (PyPI nvidia-cuda-nvcc-cu12 has one, and scripts/setup.sh
 # installs it into .venv); empty: looked for there and next to nvcc. With "70" in FLASHATTN_CUDA_ARCHS it
@@ -80,10 +80,14 @@ function(flashattn_add_sm70_image target want_cubin)
     DEPENDS ${_src}
     COMMENT "cuda_sm70: PTX of the sm_70 image"
     VERBATIM)
+  get_filename_component(_nvcc_dir "${CMAKE_CUDA_COMPILER}" DIRECTORY)
+  find_program(FLASHATTN_FATBINARY fatbinary HINTS ${_nvcc_dir} REQUIRED)
   add_custom_command(
     OUTPUT ${_cpp}
-    COMMAND ${CMAKE_COMMAND} -DRAW_PTX=${_raw} -DPTX=${_dir}/image_entries.sm70.ptx -DCUBIN=${_dir}/image_entries.sm70.cubin
-            -DPTXAS=${_ptxas} -DOUT=${_cpp} -P ${PROJECT_SOURCE_DIR}/cmake/Sm70Image.cmake
+    COMMAND ${CMAKE_COMMAND} -DRAW_PTX=${_raw} -DPTX=${_dir}/image_entries.sm70.ptx
+            -DCUBIN=${_dir}/image_entries.sm70.cubin
+            -DFATBIN=${_dir}/image_entries.sm70.fatbin -DFATBINARY=${FLASHATTN_FATBINARY} -DPTXAS=${_ptxas}
+            -DOUT=${_cpp} -P ${PROJECT_SOURCE_DIR}/cmake/Sm70Image.cmake
     DEPENDS ${_raw} ${PROJECT_SOURCE_DIR}/cmake/Sm70Image.cmake
     COMMENT "cuda_sm70: sm_70 image (retargeted PTX, cubin) embedded"
     VERBATIM)

@@ -1,10 +1,10 @@
 #pragma once
 
-// The sm_70 image of cuda_sm70 (cmake/FlashattnSm70.cmake): its kernels, embedded in the library as sm_70
-// PTX and, when the build had a CUDA 12 ptxas, an sm_70 cubin, loaded with the runtime's library API on
-// first use. A Volta GPU runs them (CUDA 13 builds nothing it can run otherwise); later GPUs run the same
-// kernels compiled into the library, or the image's PTX when FLASHATTN_SM70_IMAGE=1 (which checks the
-// loading path on any GPU).
+// The sm_70 image of cuda_sm70 (cmake/FlashattnSm70.cmake): its kernels, embedded in the library as a
+// compressed fatbin of sm_70 PTX and, when the build had a CUDA 12 ptxas, an sm_70 cubin, loaded with the
+// runtime's library API on first use. A Volta GPU runs them (CUDA 13 builds nothing it can run
+// otherwise); later GPUs run the same kernels compiled into the library, or the image's PTX when
+// FLASHATTN_SM70_IMAGE=1 (which checks the loading path on any GPU).
 
 #include <cuda_runtime_api.h>
 
@@ -18,8 +18,5 @@ bool runs_image(int device);
 // The image's kernel `name` (an entry of image_entries.cu), usable on `device` with `smem_bytes` of
 // dynamic shared memory. Throws flashattn::Error when the image cannot be loaded or lacks the kernel.
 cudaKernel_t image_kernel(const std::string& name, int device, size_t smem_bytes);
-
-// Which code a device runs: "compiled" (the library's own), "cubin" or "ptx" (the image, loaded).
-std::string image_variant(int device);
 
 }  // namespace flashattn::detail::cuda::sm70

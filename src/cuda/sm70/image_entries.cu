@@ -2,9 +2,9 @@
 // (flashattn_sm70_fwd_d<bucket>, ..._cache_d<bucket>, ..._bwd_kv_d<bucket> or, above head dim 128,
 // ..._bwd_kv_dv_d / ..._bwd_kv_dk_d, ..._bwd_dq_d<bucket>; ..._bwd_dsum and ..._append_rotary), which
 // backend.cu names and image.cpp looks up in the loaded image. Not part of the library's sources:
-// cmake/FlashattnSm70.cmake compiles this file to PTX, retargets it to sm_70 and embeds it (and, with a CUDA 12 ptxas,
-// the sm_70 cubin assembled from it) in the library, because CUDA 13 compiles nothing older than sm_75
-// (docs/kernels.md, "cuda_sm70").
+// cmake/FlashattnSm70.cmake compiles this file to PTX, retargets it to sm_70 and embeds it (and, with a
+// CUDA 12 ptxas, the sm_70 cubin assembled from it) in the library as a compressed fatbin, because CUDA 13
+// compiles nothing older than sm_75 (docs/kernels.md, "cuda_sm70").
 
 #include "cuda/attn/append_rotary.cuh"
 #include "cuda/attn/bwd_prepost.cuh"
