@@ -16,6 +16,7 @@
 #include <string>
 
 #include "attention_case.h"
+#include "backend_match.h"
 #include "criterion.h"
 #include "cuda/attn/head_dim.h"
 #include "cuda/sm70/bwd_tile.h"
@@ -176,46 +177,13 @@ TEST(CudaSm70Layout, TilesFitSm70AndTileTheBuckets) {
 
 constexpr const char* kBackend = "cuda_sm70";
 
-#define FA_SKIP_IF_UNSUPPORTED(body)                                            \
-  try {                                                                         \
-    body;                                                                       \
-  } catch (const flashattn::Error& e) {                                         \
-    if (e.status() == flashattn::Status::unsupported) GTEST_SKIP() << e.what(); \
-    throw;                                                                      \
-  }
-
-void expect_forward_matches(const AttnConfig& cfg, uint64_t seed) {
-  SCOPED_TRACE(cfg.name());
-  const AttnInputs in = make_inputs(cfg, seed);
-  FwdOutputs got;
-  FA_SKIP_IF_UNSUPPORTED(got = run_forward(in, kBackend, Device::cuda(0)));
-  const FwdOutputs ref = reference_forward(in);
-  const NaiveOutputs naive = naive_lowp(in, false);
-  expect_forward_within_criterion(got, ref, naive, cfg.dtype);
-}
-
+void expect_forward_matches(const AttnConfig& cfg, uint64_t seed) { expect_forward_matches_on(kBackend, cfg, seed); }
 void expect_backward_matches(const AttnConfig& cfg, uint64_t seed) {
-  SCOPED_TRACE(cfg.name());
-  const AttnInputs in = make_inputs(cfg, seed);
-  BwdOutputs got;
-  FA_SKIP_IF_UNSUPPORTED(
-      got = run_backward(in, run_forward(in, kBackend, Device::cuda(0)), kBackend, Device::cuda(0), false));
-  const BwdOutputs ref = reference_backward(in);
-  const NaiveOutputs naive = naive_lowp(in, true);
-  expect_backward_within_criterion(got, ref, naive, cfg.dtype);
+  expect_backward_matches_on(kBackend, cfg, seed, false);
 }
 
 AttnConfig small_config(int bucket, int64_t sq, int64_t sk, bool causal) {
-  AttnConfig c;
-  c.dtype = DType::f16;
-  c.head_dim = (bucket / 32) % 2 == 0 ? bucket : bucket - 8;  // every other bucket 8 below it: padded dims
-  c.batch = 1;
-  c.heads = 2;
-  c.heads_k = 1;
-  c.seqlen_q = sq;
-  c.seqlen_k = sk;
-  c.causal = causal;
-  return c;
+  return bucket_config(bucket, sq, sk, causal, DType::f16);
 }
 
 class CudaSm70Buckets : public testing::TestWithParam<int> {};

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "attention_case.h"
+#include "backend_match.h"
 #include "common/philox.h"
 #include "common/score.h"
 #include "criterion.h"
@@ -406,48 +407,13 @@ TEST(CudaSm80Dropout, LaneExchangeReproducesThePhiloxKeepMask) {
 
 constexpr const char* kBackend = "cuda_sm80";
 
-// Runs `body`; an `unsupported` error (an old GPU, a pruned head dim) skips the test with its reason.
-#define FA_SKIP_IF_UNSUPPORTED(body)                                            \
-  try {                                                                         \
-    body;                                                                       \
-  } catch (const flashattn::Error& e) {                                         \
-    if (e.status() == flashattn::Status::unsupported) GTEST_SKIP() << e.what(); \
-    throw;                                                                      \
-  }
-
-void expect_forward_matches(const AttnConfig& cfg, uint64_t seed) {
-  SCOPED_TRACE(cfg.name());
-  const AttnInputs in = make_inputs(cfg, seed);
-  FwdOutputs got;
-  FA_SKIP_IF_UNSUPPORTED(got = run_forward(in, kBackend, Device::cuda(0)));
-  const FwdOutputs ref = reference_forward(in);
-  const NaiveOutputs naive = naive_lowp(in, false);
-  expect_forward_within_criterion(got, ref, naive, cfg.dtype);
-}
-
+void expect_forward_matches(const AttnConfig& cfg, uint64_t seed) { expect_forward_matches_on(kBackend, cfg, seed); }
 void expect_backward_matches(const AttnConfig& cfg, uint64_t seed, bool deterministic) {
-  SCOPED_TRACE(cfg.name() + (deterministic ? " deterministic" : ""));
-  const AttnInputs in = make_inputs(cfg, seed);
-  BwdOutputs got;
-  FA_SKIP_IF_UNSUPPORTED(
-      got = run_backward(in, run_forward(in, kBackend, Device::cuda(0)), kBackend, Device::cuda(0), deterministic));
-  const BwdOutputs ref = reference_backward(in);
-  const NaiveOutputs naive = naive_lowp(in, true);
-  expect_backward_within_criterion(got, ref, naive, cfg.dtype);
+  expect_backward_matches_on(kBackend, cfg, seed, deterministic);
 }
 
 AttnConfig small_config(int bucket, int64_t sq, int64_t sk, bool causal) {
-  AttnConfig c;
-  c.dtype = bucket % 64 == 0 ? DType::bf16 : DType::f16;
-  // Every other bucket runs a head dim 8 below it: the padded dims are zero-filled, never stored.
-  c.head_dim = (bucket / 32) % 2 == 0 ? bucket : bucket - 8;
-  c.batch = 1;
-  c.heads = 2;
-  c.heads_k = 1;
-  c.seqlen_q = sq;
-  c.seqlen_k = sk;
-  c.causal = causal;
-  return c;
+  return bucket_config(bucket, sq, sk, causal, bucket % 64 == 0 ? DType::bf16 : DType::f16);
 }
 
 class CudaSm80Buckets : public testing::TestWithParam<int> {};

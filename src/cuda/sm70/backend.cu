@@ -65,28 +65,35 @@ __global__ void __launch_bounds__(32 * attn::kAppendWarps) append_rotary_kernel(
 int64_t fwd_blocks(const FwdProblem& p) { return ceil_div(p.seqlen_q, FwdTile::kBlockM) * p.heads * p.batch; }
 int64_t kv_blocks(const FwdProblem& p) { return ceil_div(p.seqlen_k, BwdTile::kRows) * p.heads_k * p.batch; }
 
-// What forward and backward share; `smem` is the largest footprint of the direction's kernels.
-std::string common_reason(const FwdProblem& p, int64_t smem) {
-  if (p.dtype == DType::bf16)
+// The dtype, device and head-dim conditions of every cuda_sm70 call; `smem` is the largest shared-memory
+// footprint of the call's kernels.
+std::string kernel_reason(DType dtype, int device, int64_t head_dim, int64_t smem) {
+  if (dtype == DType::bf16)
     return "dtype bf16: Volta's tensor cores take f16 only (mma.m8n8k4 has no bf16 form); cuda_sm80 and the "
            "SIMT backends run bf16";
-  if (p.dtype != DType::f16) return std::string("dtype ") + dtype_name(p.dtype) + " (f16 only)";
-  const DeviceProps& d = device_props(p.device.index);
+  if (dtype != DType::f16) return std::string("dtype ") + dtype_name(dtype) + " (f16 only)";
+  const DeviceProps& d = device_props(device);
   if (!d.error.empty()) return d.error;
   if (d.major < 7)
-    return "needs compute capability >= 7.0, cuda:" + std::to_string(p.device.index) + " is " +
-           std::to_string(d.major) + "." + std::to_string(d.minor);
-  if (p.head_dim > attn::kMaxHeadDim || p.head_dim % 8 != 0)
-    return "head_dim " + std::to_string(p.head_dim) + " (a multiple of 8 up to 256)";
-  const int bucket = attn::head_dim_bucket(p.head_dim);
+    return "needs compute capability >= 7.0, cuda:" + std::to_string(device) + " is " + std::to_string(d.major) + "." +
+           std::to_string(d.minor);
+  if (head_dim > attn::kMaxHeadDim || head_dim % 8 != 0)
+    return "head_dim " + std::to_string(head_dim) + " (a multiple of 8 up to 256)";
+  const int bucket = attn::head_dim_bucket(head_dim);
   if (!attn::head_dim_compiled(bucket))
     return "head_dim bucket " + std::to_string(bucket) + " not compiled (FLASHATTN_HEAD_DIMS)";
+  if (smem > d.smem_optin)
+    return "needs " + std::to_string(smem) + " bytes of shared memory per CTA, cuda:" + std::to_string(device) +
+           " allows " + std::to_string(d.smem_optin);
+  return {};
+}
+
+// What forward and backward share.
+std::string common_reason(const FwdProblem& p, int64_t smem) {
+  if (std::string r = kernel_reason(p.dtype, p.device.index, p.head_dim, smem); !r.empty()) return r;
   // Sequence positions are int inside the kernels (tile indices, in-tile offsets).
   constexpr int64_t kMaxSeq = std::numeric_limits<int32_t>::max() - 256;
   if (p.seqlen_q > kMaxSeq || p.seqlen_k > kMaxSeq) return "sequence length above 2^31 - 257";
-  if (smem > d.smem_optin)
-    return "needs " + std::to_string(smem) + " bytes of shared memory per CTA, cuda:" + std::to_string(p.device.index) +
-           " allows " + std::to_string(d.smem_optin);
   for (const auto& [view, name] :
        {std::pair{p.q, "q"}, std::pair{p.k, "k"}, std::pair{p.v, "v"}, std::pair{p.out, "out"}})
     if (std::string r = unaligned16_reason(name, view, 2); !r.empty()) return r;
@@ -178,30 +185,15 @@ void run_bwd(const BwdProblem& p, Stream stream) {
 // rotary, then the forward kernel over the cache's rows (fwd_rows.h, CacheRows). One CTA per query tile
 // and head, no split over the keys: a decode step of batch 1 fills few SMs (docs/kernels.md).
 std::string supports_kvcache(const KVCacheProblem& p) {
-  if (p.dtype != DType::f16)
-    return std::string("dtype ") + dtype_name(p.dtype) +
-           (p.dtype == DType::bf16 ? ": Volta's tensor cores take f16 only" : " (f16 only)");
   if (p.cache_dtype != p.dtype) return std::string("a ") + dtype_name(p.cache_dtype) + " cache (f16 caches only)";
-  const DeviceProps& d = device_props(p.device.index);
-  if (!d.error.empty()) return d.error;
-  if (d.major < 7)
-    return "needs compute capability >= 7.0, cuda:" + std::to_string(p.device.index) + " is " +
-           std::to_string(d.major) + "." + std::to_string(d.minor);
-  if (p.head_dim > attn::kMaxHeadDim || p.head_dim % 8 != 0)
-    return "head_dim " + std::to_string(p.head_dim) + " (a multiple of 8 up to 256)";
-  const int bucket = attn::head_dim_bucket(p.head_dim);
-  if (!attn::head_dim_compiled(bucket))
-    return "head_dim bucket " + std::to_string(bucket) + " not compiled (FLASHATTN_HEAD_DIMS)";
+  const int64_t smem = fwd_tile(attn::head_dim_bucket(p.head_dim)).smem_bytes();
+  if (std::string r = kernel_reason(p.dtype, p.device.index, p.head_dim, smem); !r.empty()) return r;
   constexpr int64_t kMaxRows = std::numeric_limits<int32_t>::max() - 256;
   const CacheView& c = p.cache;
   if (p.seqlen_q > kMaxRows || c.capacity > kMaxRows || c.page_size > kMaxRows)
     return "seqlen_q, cache capacity or page_size above 2^31 - 257";
   if (p.batch * (p.seqlen_new * p.heads_k + p.seqlen_q * p.heads) > kMaxRows)
     return "batch * (seqlen_new * heads_k + seqlen_q * heads) rows to append or rotate above 2^31 - 257";
-  const int64_t smem = fwd_tile(bucket).smem_bytes();
-  if (smem > d.smem_optin)
-    return "needs " + std::to_string(smem) + " bytes of shared memory per CTA, cuda:" + std::to_string(p.device.index) +
-           " allows " + std::to_string(d.smem_optin);
   if (std::string r = grid_reason(ceil_div(p.seqlen_q, FwdTile::kBlockM) * p.heads * p.batch, "the query tiles");
       !r.empty())
     return r;

@@ -113,14 +113,8 @@ __device__ __forceinline__ void bwd_kv_cta(const BwdArgs& args) {
   const int64_t lane_key[2] = {key0 + warp_key0 + c_row(lane, 0), key0 + warp_key0 + c_row(lane, 2)};
 
   float dv[kDV ? kDimGroups : 1][8], dk[kDK ? kDimGroups : 1][8];
-#pragma unroll
-  for (int g = 0; g < (kDV ? kDimGroups : 1); ++g)
-#pragma unroll
-    for (int i = 0; i < 8; ++i) dv[g][i] = 0.0f;
-#pragma unroll
-  for (int g = 0; g < (kDK ? kDimGroups : 1); ++g)
-#pragma unroll
-    for (int i = 0; i < 8; ++i) dk[g][i] = 0.0f;
+  zero_acc(dv);
+  zero_acc(dk);
 
   const int m_begin = int(rows.begin / kQRows);
   const int m_end = rows.end > rows.begin ? int((rows.end + kQRows - 1) / kQRows) : m_begin;
@@ -145,17 +139,8 @@ __device__ __forceinline__ void bwd_kv_cta(const BwdArgs& args) {
 
       // S^T = K Q^T: rows are the warp's keys, columns the step's queries.
       float st[kQGroups][8];
-#pragma unroll
-      for (int g = 0; g < kQGroups; ++g)
-#pragma unroll
-        for (int i = 0; i < 8; ++i) st[g][i] = 0.0f;
-#pragma unroll 4
-      for (int kk = 0; kk < kDSteps; ++kk) {
-        const Half4 a = load_half4(k_lane + 4 * kk);
-#pragma unroll
-        for (int g = 0; g < kQGroups; ++g)
-          mma884_row_col(st[g], a, load_half4(sq + (16 * g + b_col(lane)) * kPitch + 4 * kk));
-      }
+      zero_acc(st);
+      mma_a_bt<kQGroups, kDSteps, kPitch>(st, k_lane, sq, lane);
       const bool full = tile_fully_visible(mask, q0, q0 + nq - 1, key0, key0 + kKeys - 1);
       // P^T (into pt), keeping the raw dot products for the score's derivative.
       float pt[kQGroups][8];
@@ -180,29 +165,14 @@ __device__ __forceinline__ void bwd_kv_cta(const BwdArgs& args) {
         __syncwarp();  // every lane has read the buffer's previous contents
         stage_acc<kQGroups, kSPitch>(warp_stage, pz, lane);
         __syncwarp();
-#pragma unroll 2
-        for (int kk = 0; kk < kQSteps; ++kk) {
-          const Half4 a = load_half4(stage_lane + 4 * kk);
-          const __half* do_row = sdo + (4 * kk + b_row_k(lane)) * kPitch + b_row_col0(lane);
-#pragma unroll
-          for (int g = 0; g < kDimGroups; ++g) mma884_row_row(dv[g], a, load_half4(do_row + 16 * g));
-        }
+        mma_a_b<kDimGroups, kQSteps, kPitch>(dv, stage_lane, sdo, lane);
       }
 
       if constexpr (kDK) {
         // dP^T = V dO^T, then dS^T in place.
         float dpt[kQGroups][8];
-#pragma unroll
-        for (int g = 0; g < kQGroups; ++g)
-#pragma unroll
-          for (int i = 0; i < 8; ++i) dpt[g][i] = 0.0f;
-#pragma unroll 4
-        for (int kk = 0; kk < kDSteps; ++kk) {
-          const Half4 a = load_half4(v_lane + 4 * kk);
-#pragma unroll
-          for (int g = 0; g < kQGroups; ++g)
-            mma884_row_col(dpt[g], a, load_half4(sdo + (16 * g + b_col(lane)) * kPitch + 4 * kk));
-        }
+        zero_acc(dpt);
+        mma_a_bt<kQGroups, kDSteps, kPitch>(dpt, v_lane, sdo, lane);
 #pragma unroll
         for (int g = 0; g < kQGroups; ++g)
 #pragma unroll
@@ -214,13 +184,7 @@ __device__ __forceinline__ void bwd_kv_cta(const BwdArgs& args) {
         __syncwarp();  // every lane has read P^T (dV's A operands)
         stage_acc<kQGroups, kSPitch>(warp_stage, dpt, lane);
         __syncwarp();
-#pragma unroll 2
-        for (int kk = 0; kk < kQSteps; ++kk) {
-          const Half4 a = load_half4(stage_lane + 4 * kk);
-          const __half* q_row = sq + (4 * kk + b_row_k(lane)) * kPitch + b_row_col0(lane);
-#pragma unroll
-          for (int g = 0; g < kDimGroups; ++g) mma884_row_row(dk[g], a, load_half4(q_row + 16 * g));
-        }
+        mma_a_b<kDimGroups, kQSteps, kPitch>(dk, stage_lane, sq, lane);
       }
     }
   }
@@ -290,10 +254,7 @@ __device__ __forceinline__ void bwd_dq_cta(const BwdArgs& args) {
   }
 
   float dq[kDimGroups][8];
-#pragma unroll
-  for (int g = 0; g < kDimGroups; ++g)
-#pragma unroll
-    for (int i = 0; i < 8; ++i) dq[g][i] = 0.0f;
+  zero_acc(dq);
 
   for (int n = n_begin; n < n_end; ++n) {
     const int64_t key0 = int64_t(n) * kBlockN;
@@ -309,19 +270,10 @@ __device__ __forceinline__ void bwd_dq_cta(const BwdArgs& args) {
 
     // S = Q K^T and dP = dO V^T: rows are the warp's queries, columns the tile's keys.
     float s[kKeyGroups][8], dp[kKeyGroups][8];
-#pragma unroll
-    for (int g = 0; g < kKeyGroups; ++g)
-#pragma unroll
-      for (int i = 0; i < 8; ++i) s[g][i] = dp[g][i] = 0.0f;
-#pragma unroll 4
-    for (int kk = 0; kk < kDSteps; ++kk) {
-      const Half4 aq = load_half4(q_lane + 4 * kk), ado = load_half4(do_lane + 4 * kk);
-#pragma unroll
-      for (int g = 0; g < kKeyGroups; ++g) {
-        mma884_row_col(s[g], aq, load_half4(sk + (16 * g + b_col(lane)) * kPitch + 4 * kk));
-        mma884_row_col(dp[g], ado, load_half4(sv + (16 * g + b_col(lane)) * kPitch + 4 * kk));
-      }
-    }
+    zero_acc(s);
+    zero_acc(dp);
+    mma_a_bt<kKeyGroups, kDSteps, kPitch>(s, q_lane, sk, lane);
+    mma_a_bt<kKeyGroups, kDSteps, kPitch>(dp, do_lane, sv, lane);
     const bool full = tile_fully_visible(mask, m0, m0 + valid_rows - 1, key0, key0 + kBlockN - 1);
 #pragma unroll
     for (int g = 0; g < kKeyGroups; ++g)
@@ -338,13 +290,7 @@ __device__ __forceinline__ void bwd_dq_cta(const BwdArgs& args) {
     __syncwarp();  // every lane has read the previous tile's dS
     stage_acc<kKeyGroups, kSPitch>(warp_stage, dp, lane);
     __syncwarp();
-#pragma unroll 2
-    for (int kk = 0; kk < kKSteps; ++kk) {
-      const Half4 a = load_half4(stage_lane + 4 * kk);
-      const __half* k_row = sk + (4 * kk + b_row_k(lane)) * kPitch + b_row_col0(lane);
-#pragma unroll
-      for (int g = 0; g < kDimGroups; ++g) mma884_row_row(dq[g], a, load_half4(k_row + 16 * g));
-    }
+    mma_a_b<kDimGroups, kKSteps, kPitch>(dq, stage_lane, sk, lane);
   }
 
   store_rows<kDimGroups>(static_cast<__half*>(p.dq.ptr) + p.dq.offset(b, seq.q_start + m0, h), p.dq.row_stride, dq,

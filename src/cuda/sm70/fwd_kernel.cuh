@@ -92,10 +92,7 @@ __device__ __forceinline__ void fwd_cta(const Args& args) {
   const __half* p_lane = warp_p + a_row(lane) * kPPitch;
 
   float o[kDimGroups][8];
-#pragma unroll
-  for (int g = 0; g < kDimGroups; ++g)
-#pragma unroll
-    for (int i = 0; i < 8; ++i) o[g][i] = 0.0f;
+  zero_acc(o);
   float row_max[2] = {kNegInf, kNegInf}, row_sum[2] = {0.0f, 0.0f};  // row_sum: this lane's columns only
 
   for (int n = n_begin; n < n_end; ++n) {
@@ -109,17 +106,8 @@ __device__ __forceinline__ void fwd_cta(const Args& args) {
     __syncthreads();  // Q (first tile), K and V are in shared memory
 
     float s[kKeyGroups][8];
-#pragma unroll
-    for (int g = 0; g < kKeyGroups; ++g)
-#pragma unroll
-      for (int i = 0; i < 8; ++i) s[g][i] = 0.0f;
-#pragma unroll 4
-    for (int kk = 0; kk < kQKSteps; ++kk) {
-      const Half4 a = load_half4(q_lane + 4 * kk);
-#pragma unroll
-      for (int g = 0; g < kKeyGroups; ++g)
-        mma884_row_col(s[g], a, load_half4(sk + (16 * g + b_col(lane)) * kPitch + 4 * kk));
-    }
+    zero_acc(s);
+    mma_a_bt<kKeyGroups, kQKSteps, kPitch>(s, q_lane, sk, lane);
 
     // Base-2 logits, then -inf where a (query, key) pair is not visible (only on tiles a mask boundary or
     // the sequence end crosses).
@@ -179,9 +167,7 @@ __device__ __forceinline__ void fwd_cta(const Args& args) {
     // dropout (common/philox.h): the row sums above used the undropped P (the LSE is the undropped
     // softmax's), O uses the dropped one, rescaled by keep_scale in the epilogue.
     const int64_t a_seq_row = m0 + warp_row0 + a_row(lane);
-#pragma unroll 2
-    for (int kk = 0; kk < kPVSteps; ++kk) {
-      Half4 a = load_half4(p_lane + 4 * kk);
+    mma_a_b<kDimGroups, kPVSteps, kPitch>(o, p_lane, sv, lane, [&](int kk, Half4& a) {
       if constexpr (Rows::kDropout) {
         if (args.s.dropout) {
           const uint32_t keep =
@@ -190,10 +176,7 @@ __device__ __forceinline__ void fwd_cta(const Args& args) {
           a.hi &= ((keep & 4u) ? 0x0000ffffu : 0u) | ((keep & 8u) ? 0xffff0000u : 0u);
         }
       }
-      const __half* v_row = sv + (4 * kk + b_row_k(lane)) * kPitch + b_row_col0(lane);
-#pragma unroll
-      for (int g = 0; g < kDimGroups; ++g) mma884_row_row(o[g], a, load_half4(v_row + 16 * g));
-    }
+    });
   }
 
   // Epilogue: full row sums, then out = O / sum (0 for a row that saw no key) and LSE (+inf for it).

@@ -41,6 +41,51 @@ __device__ __forceinline__ Half4 load_half4(const void* p) {
   return Half4{v.x, v.y};
 }
 
+template <int kGroups>
+__device__ __forceinline__ void zero_acc(float (&acc)[kGroups][8]) {
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g)
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[g][i] = 0.0f;
+}
+
+// acc[g] += A B^T, the product of the warp's 16 rows of A (this lane's A row starts at a_lane: a_row(lane)
+// of the warp's tile) with rows 16 g .. 16 g + 15 of B (a shared tile of pitch kPitch), over kSteps k4
+// steps: S = Q K^T, S^T = K Q^T, dP = dO V^T. Both operands are row-major in shared memory (B col-major
+// for the instruction).
+template <int kGroups, int kSteps, int kPitch>
+__device__ __forceinline__ void mma_a_bt(float (&acc)[kGroups][8], const __half* a_lane, const __half* b_tile,
+                                         int lane) {
+  const __half* b_lane = b_tile + b_col(lane) * kPitch;
+#pragma unroll 4
+  for (int kk = 0; kk < kSteps; ++kk) {
+    const Half4 a = load_half4(a_lane + 4 * kk);
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) mma884_row_col(acc[g], a, load_half4(b_lane + 16 * g * kPitch + 4 * kk));
+  }
+}
+
+// acc[g] += A B, the warp's 16 rows of A (this lane's row at a_lane) times columns 16 g .. 16 g + 15 of B
+// (rows over k, a shared tile of pitch kPitch), over kSteps k4 steps: O += P V, dV += P^T dO, dK += dS^T Q,
+// dQ += dS K. a_op(kk, a) may change this lane's A operand of step kk first (the forward's dropout).
+template <int kGroups, int kSteps, int kPitch, typename AOp>
+__device__ __forceinline__ void mma_a_b(float (&acc)[kGroups][8], const __half* a_lane, const __half* b_tile, int lane,
+                                        AOp&& a_op) {
+  const __half* b_lane = b_tile + b_row_k(lane) * kPitch + b_row_col0(lane);
+#pragma unroll 2
+  for (int kk = 0; kk < kSteps; ++kk) {
+    Half4 a = load_half4(a_lane + 4 * kk);
+    a_op(kk, a);
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) mma884_row_row(acc[g], a, load_half4(b_lane + 4 * kk * kPitch + 16 * g));
+  }
+}
+template <int kGroups, int kSteps, int kPitch>
+__device__ __forceinline__ void mma_a_b(float (&acc)[kGroups][8], const __half* a_lane, const __half* b_tile,
+                                        int lane) {
+  mma_a_b<kGroups, kSteps, kPitch>(acc, a_lane, b_tile, lane, [](int, Half4&) {});
+}
+
 // Writes a warp's 16 x (16 kGroups) f32 accumulators acc[g][i] (column group g; mma884_layout.h) as f16 into
 // a row-major shared buffer of pitch kPitch halves, where they are read back as A operands: a lane's
 // accumulators and its A operand cover different elements. Accumulators i, i + 1 (i even) are adjacent
