@@ -10,43 +10,23 @@
 #include <optional>
 
 #include "api/head_dim_pad.h"
+#include "api/head_dim_pad_kernels.cuh"
 #include "cuda/common/check.h"
 #include "cuda/common/device_guard.h"
 #include "cuda/common/workspace.h"
+#include "cuda/sm70/image.h"
 
 namespace flashattn::detail {
 
 namespace {
 
-// Strides of the caller's (batches, rows, heads, dim) region; element (b, r, h, d) of the dense padded copy
-// is at ((b * rows + r) * heads + h) * padded + d.
-struct RegionShape {
-  int64_t batch_stride, row_stride, head_stride;
-  int64_t rows, heads;
-  int64_t dim, padded;
-};
-
-__device__ __forceinline__ int64_t caller_row(const RegionShape& s, int64_t dense_row) {
-  const int64_t h = dense_row % s.heads, br = dense_row / s.heads;
-  return (br / s.rows) * s.batch_stride + (br % s.rows) * s.row_stride + h * s.head_stride;
-}
-
-// Thread per element of the padded copy: the caller's value in columns [0, dim), 0 in [dim, padded).
 template <typename T>
 __global__ void pad_kernel(const T* __restrict__ src, T* __restrict__ dst, RegionShape s, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t d = i % s.padded, row = i / s.padded;
-    dst[i] = d < s.dim ? src[caller_row(s, row) + d] : T(0);
-  }
+  pad_elements(src, dst, s, n);
 }
-
-// Thread per element of the caller's region: columns [0, dim) of the padded copy back.
 template <typename T>
 __global__ void unpad_kernel(const T* __restrict__ src, T* __restrict__ dst, RegionShape s, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t d = i % s.dim, row = i / s.dim;
-    dst[caller_row(s, row) + d] = src[row * s.padded + d];
-  }
+  unpad_elements(src, dst, s, n);
 }
 
 constexpr int kThreads = 256;
@@ -72,14 +52,14 @@ class CudaPadCopier final : public PadCopier {
   void pad(const PadPlan& plan, const PadRegion& r, void* dst) override {
     launch(plan, r, r.elements(plan.padded), [&](auto zero, int blocks, RegionShape s, int64_t n) {
       using T = decltype(zero);
-      pad_kernel<T><<<blocks, kThreads, 0, stream_>>>(static_cast<const T*>(r.caller.ptr), static_cast<T*>(dst), s, n);
+      run<T>(reinterpret_cast<const void*>(pad_kernel<T>), "flashattn_sm70_pad_b16", blocks, r.caller.ptr, dst, s, n);
     });
   }
   void unpad(const PadPlan& plan, const PadRegion& r, const void* src) override {
     launch(plan, r, r.elements(plan.head_dim), [&](auto zero, int blocks, RegionShape s, int64_t n) {
       using T = decltype(zero);
-      unpad_kernel<T>
-          <<<blocks, kThreads, 0, stream_>>>(static_cast<const T*>(src), static_cast<T*>(r.caller.ptr), s, n);
+      run<T>(reinterpret_cast<const void*>(unpad_kernel<T>), "flashattn_sm70_unpad_b16", blocks, src, r.caller.ptr, s,
+             n);
     });
   }
 
@@ -94,6 +74,18 @@ class CudaPadCopier final : public PadCopier {
     else
       body(uint16_t(0), blocks_for(n), shape_of(plan, r), n);
     FA_CUDA_CHECK_LAUNCH("head-dim padding copy");
+  }
+
+  // Launches `compiled`, or on a device that runs cuda_sm70's sm_70 image (a Volta GPU: this library's
+  // compiled kernels need sm_80) the image's 16-bit copy `image_name`, the same code.
+  template <typename T>
+  void run(const void* compiled, const char* image_name, int blocks, const void* from, void* to, RegionShape s,
+           int64_t n) {
+    void* params[] = {&from, &to, &s, &n};
+    const void* kernel = compiled;
+    if (sizeof(T) == 2 && cuda::sm70::runs_image(int(device_.index)))
+      kernel = reinterpret_cast<const void*>(cuda::sm70::image_kernel(image_name, int(device_.index), 0));
+    FA_CUDA_CHECK(cudaLaunchKernel(kernel, dim3(blocks), dim3(kThreads), params, 0, stream_));
   }
 
   Device device_;
