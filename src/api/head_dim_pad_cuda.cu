@@ -82,10 +82,8 @@ class CudaPadCopier final : public PadCopier {
   void run(const void* compiled, const char* image_name, int blocks, const void* from, void* to, RegionShape s,
            int64_t n) {
     void* params[] = {&from, &to, &s, &n};
-    const void* kernel = compiled;
-    if (sizeof(T) == 2 && cuda::sm70::runs_image(int(device_.index)))
-      kernel = reinterpret_cast<const void*>(cuda::sm70::image_kernel(image_name, int(device_.index), 0));
-    FA_CUDA_CHECK(cudaLaunchKernel(kernel, dim3(blocks), dim3(kThreads), params, 0, stream_));
+    cuda::sm70::launch_kernel(compiled, sizeof(T) == 2 ? image_name : nullptr, int(device_.index), dim3(blocks),
+                              dim3(kThreads), 0, params, stream_, "head-dim padding copy");
   }
 
   Device device_;

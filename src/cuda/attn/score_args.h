@@ -35,6 +35,14 @@ inline ScoreArgs make_score_args(const FwdProblem& p) {
   s.group = int(p.group_size());
   return s;
 }
+// A KV-cache call's (no dropout there).
+inline ScoreArgs make_score_args(const KVCacheProblem& p) {
+  FwdProblem f;
+  f.score = p.score;
+  f.heads = p.heads;
+  f.heads_k = p.heads_k;
+  return make_score_args(f);
+}
 
 // Each kernel is compiled twice: a general instance and one without dropout, softcap and ALiBi
 // (kGeneral = false), whose element-wise code is a scale, a mask compare and exp2. Most training calls

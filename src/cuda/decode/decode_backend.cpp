@@ -114,21 +114,6 @@ DeviceFacts device_facts(int device) {
   return f;
 }
 
-// The kernels load 16-byte chunks; a stride of a dimension of extent 1 is never stepped through.
-std::string cache_alignment_reason(const char* name, const void* ptr, int64_t batch_stride, int64_t row_stride,
-                                   int64_t head_stride, const KVCacheProblem& p) {
-  const CacheView& c = p.cache;
-  return unaligned16_reason(name, ptr, cache_elem_bytes(p),
-                            {{"batch", batch_stride, c.paged() ? c.num_blocks : c.batches},
-                             {"row", row_stride, c.paged() ? c.page_size : c.capacity},
-                             {"head", head_stride, p.heads_k}});
-}
-std::string rows_alignment_reason(const char* name, const RowsView& v, const KVCacheProblem& p) {
-  return unaligned16_reason(
-      name, v.ptr, 2,
-      {{"batch", v.batch_stride, p.batch}, {"row", v.row_stride, p.seqlen_q}, {"head", v.head_stride, p.heads}});
-}
-
 int64_t packed_rows(const KVCacheProblem& p) { return p.seqlen_q * p.group_size(); }
 
 // Whether the cache is read at full speed by one block per SM: contiguous, or paged on the compact path
@@ -160,13 +145,7 @@ std::string supports(const KVCacheProblem& p) {
   if (fp8 && p.head_dim % 16 != 0)
     return "head_dim " + std::to_string(p.head_dim) + " with an fp8_e4m3 cache (multiples of 16)";
   const CacheView& c = p.cache;
-  for (const std::string& r :
-       {cache_alignment_reason("k_cache", c.k, c.k_batch_stride, c.k_row_stride, c.k_head_stride, p),
-        cache_alignment_reason("v_cache", c.v, c.v_batch_stride, c.v_row_stride, c.v_head_stride, p),
-        // With rotary the kernel reads the rotated copy of q (aligned workspace) instead of q itself.
-        p.rotary.cos == nullptr ? rows_alignment_reason("q", p.q, p) : std::string(),
-        rows_alignment_reason("out", p.out, p)})
-    if (!r.empty()) return r;
+  if (std::string r = kvcache_alignment_reason(p, cache_elem_bytes(p)); !r.empty()) return r;
   if (c.capacity > kMaxPositions || c.page_size > kMaxPositions)
     return "cache capacity " + std::to_string(c.capacity) + " positions, page_size " + std::to_string(c.page_size) +
            " (each at most " + std::to_string(kMaxPositions) + ")";

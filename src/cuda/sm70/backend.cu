@@ -38,20 +38,12 @@ namespace flashattn::detail::cuda::sm70 {
 
 namespace {
 
-// Launches `compiled` (a kernel of this library) or, on a device that runs the sm_70 image (image.h), the
-// image's kernel `image_name`: the same code either way, with one argument, `args`.
+// One kernel launch with one argument, `args`: the library's kernel or the sm_70 image's (image.h).
 template <typename Args>
 void launch(const void* compiled, const std::string& image_name, int64_t blocks, int threads, size_t smem, Args& args,
             int device, cudaStream_t stream, const char* what) {
-  const dim3 grid = grid_1d(blocks, what);
   void* params[] = {&args};
-  if (runs_image(device)) {
-    const cudaKernel_t kernel = image_kernel(image_name, device, smem);
-    FA_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(kernel), grid, dim3(threads), params, smem, stream));
-    return;
-  }
-  allow_dynamic_smem(compiled, smem, device, what);
-  FA_CUDA_CHECK(cudaLaunchKernel(compiled, grid, dim3(threads), params, smem, stream));
+  launch_kernel(compiled, image_name.c_str(), device, grid_1d(blocks, what), dim3(threads), smem, params, stream, what);
 }
 
 std::string bucket_name(const char* kernel, int bucket) { return std::string(kernel) + std::to_string(bucket); }
@@ -197,24 +189,7 @@ std::string supports_kvcache(const KVCacheProblem& p) {
   if (std::string r = grid_reason(ceil_div(p.seqlen_q, FwdTile::kBlockM) * p.heads * p.batch, "the query tiles");
       !r.empty())
     return r;
-  const auto cache_reason = [&](const char* name, const void* ptr, int64_t bs, int64_t rs, int64_t hs) {
-    return unaligned16_reason(name, ptr, 2,
-                              {{"batch", bs, c.paged() ? c.num_blocks : c.batches},
-                               {"row", rs, c.paged() ? c.page_size : c.capacity},
-                               {"head", hs, p.heads_k}});
-  };
-  const auto rows_reason = [&](const char* name, const RowsView& v) {
-    return unaligned16_reason(
-        name, v.ptr, 2,
-        {{"batch", v.batch_stride, p.batch}, {"row", v.row_stride, p.seqlen_q}, {"head", v.head_stride, p.heads}});
-  };
-  for (const std::string& r :
-       {cache_reason("k_cache", c.k, c.k_batch_stride, c.k_row_stride, c.k_head_stride),
-        cache_reason("v_cache", c.v, c.v_batch_stride, c.v_row_stride, c.v_head_stride),
-        // With rotary the kernel reads the rotated copy of q (an aligned workspace) instead of q itself.
-        p.rotary.cos == nullptr ? rows_reason("q", p.q) : std::string(), rows_reason("out", p.out)})
-    if (!r.empty()) return r;
-  return {};
+  return kvcache_alignment_reason(p, 2);
 }
 
 void run_kvcache(const KVCacheProblem& p, Stream stream) {
@@ -226,8 +201,7 @@ void run_kvcache(const KVCacheProblem& p, Stream stream) {
                   p.workspace_context);
   CacheArgs args;
   args.p = p;
-  args.s.scale_log2 = float(double(p.score.softmax_scale) * double(attn::kLog2e));  // no dropout in KV-cache calls
-  args.s.group = int(p.group_size());
+  args.s = attn::make_score_args(p);
   args.q_rot = rotary ? q_rot.as<__half>() : nullptr;
   args.num_m_blocks = int(ceil_div(p.seqlen_q, FwdTile::kBlockM));
   const int64_t append_rows = p.batch * p.seqlen_new * p.heads_k + (rotary ? p.batch * p.seqlen_q * p.heads : 0);
@@ -235,15 +209,9 @@ void run_kvcache(const KVCacheProblem& p, Stream stream) {
     KVCacheProblem append = p;
     __half* q_out = rotary ? q_rot.as<__half>() : nullptr;
     void* params[] = {&append, &q_out};
-    const dim3 grid = grid_1d(ceil_div(append_rows, attn::kAppendWarps), "cuda_sm70 append");
-    if (runs_image(device)) {
-      const cudaKernel_t kernel = image_kernel("flashattn_sm70_append_rotary", device, 0);
-      FA_CUDA_CHECK(
-          cudaLaunchKernel(reinterpret_cast<const void*>(kernel), grid, dim3(32 * attn::kAppendWarps), params, 0, s));
-    } else {
-      FA_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(append_rotary_kernel), grid,
-                                     dim3(32 * attn::kAppendWarps), params, 0, s));
-    }
+    launch_kernel(reinterpret_cast<const void*>(append_rotary_kernel), "flashattn_sm70_append_rotary", device,
+                  grid_1d(ceil_div(append_rows, attn::kAppendWarps), "cuda_sm70 append"), dim3(32 * attn::kAppendWarps),
+                  0, params, s, "cuda_sm70 append");
   }
   const int64_t blocks = ceil_div(p.seqlen_q, FwdTile::kBlockM) * p.heads * p.batch;
   if (blocks == 0) return;

@@ -9,6 +9,7 @@
 
 #include "cuda/common/check.h"
 #include "cuda/common/device_props.h"
+#include "cuda/common/launch.h"
 #include "flashattn/error.h"
 
 namespace flashattn::detail::cuda::sm70 {
@@ -54,6 +55,16 @@ cudaKernel_t image_kernel(const std::string& name, int device, size_t smem_bytes
   FA_CUDA_CHECK(cudaKernelSetAttributeForDevice(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 static_cast<int>(smem_bytes), device));
   return kernel;
+}
+
+void launch_kernel(const void* compiled, const char* image_name, int device, dim3 grid, dim3 block, size_t smem,
+                   void** params, cudaStream_t stream, const char* what) {
+  const void* kernel = compiled;
+  if (image_name != nullptr && runs_image(device))
+    kernel = reinterpret_cast<const void*>(image_kernel(image_name, device, smem));
+  else
+    allow_dynamic_smem(compiled, smem, device, what);
+  FA_CUDA_CHECK(cudaLaunchKernel(kernel, grid, block, params, smem, stream));
 }
 
 }  // namespace flashattn::detail::cuda::sm70

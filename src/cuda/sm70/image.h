@@ -19,4 +19,10 @@ bool runs_image(int device);
 // dynamic shared memory. Throws flashattn::Error when the image cannot be loaded or lacks the kernel.
 cudaKernel_t image_kernel(const std::string& name, int device, size_t smem_bytes);
 
+// Launches `compiled` (a kernel of this library) or, where runs_image(device) and `image_name` is not
+// null, the image's kernel of that name (the same code), with cudaLaunchKernel's `params` and `smem` bytes
+// of dynamic shared memory (opted into either way). `what` names the launch in errors.
+void launch_kernel(const void* compiled, const char* image_name, int device, dim3 grid, dim3 block, size_t smem,
+                   void** params, cudaStream_t stream, const char* what);
+
 }  // namespace flashattn::detail::cuda::sm70
