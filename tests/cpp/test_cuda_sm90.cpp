@@ -536,6 +536,22 @@ TEST(CudaSm90Host, PipelineStateWalksTheRing) {
   }
 }
 
+// The dynamic tile scheduler's slots (fwd_kernel.cuh, DynamicTiles) walk a ring of kSchedSlots as the K/V
+// ring does, and the forward tiles' shared memory still holds the scheduler's barriers and words.
+TEST(CudaSm90Host, SchedulerSlotsWalkTheRing) {
+  sm90::PipelineState<sm90::kSchedSlots> st;
+  for (uint32_t draw = 0; draw < 10; ++draw) {
+    EXPECT_EQ(sm90::sched_slot(draw), uint32_t(st.stage));
+    EXPECT_EQ(sm90::sched_phase(draw), st.full_parity());
+    st.advance();
+  }
+  for (int bucket : {64, 128, 192, 256})
+    for (bool general : {false, true}) {
+      const sm90::Sm90FwdTile t = sm90::fwd_tile(bucket, general);
+      EXPECT_LE(t.smem_bytes(), sm90::kSmemOptinBytes) << bucket;
+    }
+}
+
 #if defined(FLASHATTN_WITH_CUDA)
 // ---------------------------------------------------------------------------------------------------
 // GPU: the backend forced, against the reference (the catalogue covers the features; these probe the
@@ -600,8 +616,10 @@ TEST(CudaSm90, ForwardAtTileAndStageBoundaries) {
 // (2 x 66 heads x 3 query tiles = 396), so each CTA runs several and carries the K/V ring's phases, Q's
 // barriers and the ping-pong turns from one to the next; each bucket (O staged in a tile of its own at
 // 64 and 128, in Q's at 256), GQA 11:1, keys not a multiple of the tile. Unmasked calls of fewer than 4096
-// keys take the grid by default; the causal and varlen ones run it where FLASHATTN_SM90_PERSISTENT=1 forces
-// it (the GPU check runs this test so too).
+// keys take the grid with tiles dealt statically by default, causal ones with tiles drawn from the call's
+// counter (the dynamic order, which also passes the drawn tiles through the scheduler's slots); the varlen
+// ones run it where FLASHATTN_SM90_PERSISTENT=1 forces it, and FLASHATTN_SM90_DYNAMIC=0 / 1 forces the
+// static / dynamic order (the GPU check runs this test in each way).
 TEST(CudaSm90, SeveralWorkTilesPerCta) {
   FA_SKIP_WITHOUT_GPU(kBackend);
   uint64_t seed = 2900;

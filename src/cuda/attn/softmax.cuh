@@ -41,6 +41,19 @@ struct SoftmaxRow {
     max = mx;
     return rescale;
   }
+  // begin() that keeps the running max while the tile's max exceeds it by at most `slack` (base-2 logit
+  // units): P then reaches up to 2^slack instead of 1, and the earlier terms keep their factor of 1, so O's
+  // rescale can be skipped (the caller's warp vote) on most tiles instead of only once no row max grows.
+  // Exact either way: every term and the row sum are relative to the same offset, and the LSE and the
+  // output divide it out. slack = 0 moves the max on any growth, as begin() does.
+  // Written as begin() with another choice of the new max (no branch): an unmoved max gives exp2(0) = 1.
+  __device__ __forceinline__ static float begin_lazy(float& max, float& offset, float tile_max_logits, float slack) {
+    const float mx = tile_max_logits > max + slack ? tile_max_logits : max;
+    offset = mx == kNegInf ? 0.0f : mx;
+    const float rescale = ptx::exp2_approx(max - offset);
+    max = mx;
+    return rescale;
+  }
   // P = exp2(scale * s - offset) of one score.
   __device__ __forceinline__ static float exp(float s, float scale, float offset) {
     return ptx::exp2_approx(fmaf(s, scale, -offset));
@@ -77,14 +90,19 @@ struct OnlineSoftmax {
   // Folds a tile into the running max/sum: the base-2 logits are scale * s (scale > 0; 1 when s already
   // holds logits). s becomes P = exp2(scale * s - max) (fp32), one FFMA and one ex2 per element, and
   // `rescale` the factor by which the O accumulator of each row must be multiplied before adding P V.
-  template <int kNFrags>
-  __device__ __forceinline__ void update(float (&s)[kMFrags][kNFrags][4], float (&rescale)[kMFrags][2], float scale) {
+  // kLazyMax: the running max moves only when a tile's max exceeds it by more than `slack`
+  // (SoftmaxRow::begin_lazy).
+  template <int kNFrags, bool kLazyMax = false>
+  __device__ __forceinline__ void update(float (&s)[kMFrags][kNFrags][4], float (&rescale)[kMFrags][2], float scale,
+                                         float slack = 0.0f) {
 #pragma unroll
     for (int mf = 0; mf < kMFrags; ++mf)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         float offset;
-        rescale[mf][half] = SoftmaxRow::begin(row_max[mf][half], offset, tile_row_max(s, mf, half) * scale);
+        const float tile_max = tile_row_max(s, mf, half) * scale;
+        rescale[mf][half] = kLazyMax ? SoftmaxRow::begin_lazy(row_max[mf][half], offset, tile_max, slack)
+                                     : SoftmaxRow::begin(row_max[mf][half], offset, tile_max);
         float sum = 0.0f;
 #pragma unroll
         for (int f = 0; f < kNFrags; ++f)

@@ -9,18 +9,28 @@
 #include <cstdint>
 
 #include "api/problem.h"
+#include "cuda/attn/tile_order.h"
 
 namespace flashattn::detail::cuda::sm90 {
 
 struct FwdArgs {
   CUtensorMap q_map, k_map, v_map;  // (head dim, rows, heads, batch); 64-byte aligned by their type
   FwdProblem p;
-  float scale_log2 = 0;     // softmax_scale * log2(e), > 0 (the backend declines other scales)
-  int group = 1;            // query heads per kv head
-  int num_m_blocks = 0;     // query tiles per (sequence, head)
-  bool pingpong = false;    // the consumer warpgroups take turns at their products (fwd_kernel.cuh)
-  bool overlap = false;     // S of the next key tile overlaps P V of this one, inside a warpgroup (fwd_kernel.cuh)
+  float scale_log2 = 0;   // softmax_scale * log2(e), > 0 (the backend declines other scales)
+  int group = 1;          // query heads per kv head
+  int num_m_blocks = 0;   // query tiles per (sequence, head)
+  bool pingpong = false;  // the consumer warpgroups take turns at their products (fwd_kernel.cuh)
+  bool overlap = false;   // S of the next key tile overlaps P V of this one, inside a warpgroup (fwd_kernel.cuh)
+  // How far (base-2 logit units) a row's max may grow before the online softmax moves it and rescales O
+  // (attn::SoftmaxRow::begin_lazy); 0: on any growth.
+  float max_slack = 0;
   int persistent_ctas = 0;  // CTAs of a persistent grid (one per SM); 0: one CTA per work tile (fwd_kernel.cuh)
+  // A zeroed word of the call's workspace: the persistent grid draws its work tiles from it (DynamicTiles,
+  // fwd_kernel.cuh); null: CTA c takes tiles c, c + grid, ...
+  uint32_t* tile_counter = nullptr;
+  // The order of the work tiles (attn/tile_order.h): per (sequence, head) by default; masked calls list the
+  // heavy query tiles in groups of heads and the light ones last.
+  attn::TileOrder order;
   // Paged K/V (p.paged.block_table): k_map / v_map are (head dim, page rows, heads, blocks) with boxes of
   // paged_box_rows rows (fwd_tile.h); 0 when K/V are not paged.
   int paged_box_rows = 0;

@@ -21,6 +21,7 @@
 #include "cuda/common/device_guard.h"
 #include "cuda/common/device_props.h"
 #include "cuda/common/launch.h"
+#include "cuda/common/workspace.h"
 #include "cuda/sm80/launch.h"
 #include "cuda/sm90/bwd_tile.h"
 #include "cuda/sm90/fwd_tile.h"
@@ -59,19 +60,63 @@ bool overlap_enabled() {
   return on;
 }
 
+// How far a row's running max may grow before the forward's online softmax moves it and rescales O
+// (FwdArgs::max_slack): 8 base-2 units, as FlashAttention-4 does, keeps P below 2^8 (exact in every
+// dtype's range, the same relative rounding) and leaves O's rescale to the few tiles whose max jumps.
+// FLASHATTN_SM90_MAX_SLACK=<units> sets another value (0: move on any growth), for A/B runs.
+float max_slack() {
+  static const float slack = [] {
+    const char* v = std::getenv("FLASHATTN_SM90_MAX_SLACK");
+    if (v == nullptr || *v == '\0') return 8.0f;
+    char* end = nullptr;
+    const float parsed = std::strtof(v, &end);
+    return end != v && parsed >= 0.0f && parsed <= 16.0f ? parsed : 8.0f;
+  }();
+  return slack;
+}
+
 // The persistent grid (one CTA per SM looping over work tiles, fwd_kernel.cuh): the next tile's Q and
 // first K tile load while this one's last products and epilogue run, which pays where a tile has few key
-// tiles to hide its start behind. Its work tiles are dealt out statically (CTA c takes c, c + grid, ...),
-// which balances only tiles of equal cost: under a mask or with varlen sequences the hardware's dynamic
-// scheduling of one CTA per tile does better. Hence dense calls without a mask or window and with fewer
-// than 4096 keys (bench/results/2026-12-06-sm90-persistent.md); FLASHATTN_SM90_PERSISTENT=0 turns it off
-// everywhere, =1 on everywhere (A/B runs).
-bool use_persistent(const FwdProblem& p) {
-  static const char* forced = std::getenv("FLASHATTN_SM90_PERSISTENT");
-  if (forced != nullptr && std::string_view(forced) == "0") return false;
-  if (forced != nullptr && std::string_view(forced) == "1") return true;
+// tiles to hide its start behind. Dealt out statically (CTA c takes c, c + grid, ...) it balances only tiles
+// of equal cost: under a causal mask static dealing measured 0.74-0.95x one CTA per tile
+// (bench/results/2026-12-06-sm90-persistent.md). Drawn dynamically from a counter (DynamicTiles), an SM that
+// finishes takes the next tile of the list, heaviest first (tile_order.h), as the hardware's scheduling of
+// one CTA per tile does, and keeps the persistent grid's overlap of one tile's start with the last one's end.
+// Hence: static for dense calls without a mask or window and with fewer than 4096 keys, dynamic for masked
+// dense calls, one CTA per tile for the rest (varlen, long unmasked calls).
+// FLASHATTN_SM90_PERSISTENT=0 / =1: one CTA per tile / the persistent grid everywhere;
+// FLASHATTN_SM90_DYNAMIC=0 / =1: never / always the dynamic order where the grid is persistent (=0 also
+// gives masked calls one CTA per tile, the policy before the dynamic order). For A/B runs.
+enum class FwdGrid { per_tile, static_tiles, dynamic_tiles };
+FwdGrid fwd_grid(const FwdProblem& p) {
+  static const char* persistent = std::getenv("FLASHATTN_SM90_PERSISTENT");
+  static const char* dynamic = std::getenv("FLASHATTN_SM90_DYNAMIC");
+  const auto is = [](const char* v, const char* value) { return v != nullptr && std::string_view(v) == value; };
+  if (is(persistent, "0")) return FwdGrid::per_tile;
+  const bool masked = p.score.window_left >= 0 || p.score.window_right >= 0;
   constexpr int64_t kMaxKeys = 4096;
-  return !p.varlen() && p.score.window_left < 0 && p.score.window_right < 0 && p.seqlen_k < kMaxKeys;
+  const bool static_fits = !p.varlen() && !masked && p.seqlen_k < kMaxKeys;
+  const bool dynamic_fits = !p.varlen() && masked && !is(dynamic, "0");
+  if (!is(persistent, "1") && !static_fits && !dynamic_fits) return FwdGrid::per_tile;
+  if (is(dynamic, "1")) return FwdGrid::dynamic_tiles;
+  if (is(dynamic, "0")) return FwdGrid::static_tiles;
+  return static_fits ? FwdGrid::static_tiles : FwdGrid::dynamic_tiles;
+}
+
+// The work tiles' order (attn/tile_order.h): a masked dense call's tiles differ in cost, and the hardware
+// hands out CTAs in blockIdx order, so its heavy tiles go first in groups of heads whose K and V share the
+// L2, and its light tiles last (sm80's forward: 1.004-1.137x the per-head order, bench/NOTES.md). One CTA
+// per SM (the forward's shared memory), hence one slot per SM. Varlen and unmasked calls keep the per-head
+// order; FLASHATTN_SM90_TILE_GROUPS=0 keeps it everywhere (A/B runs).
+cuda::attn::TileOrder fwd_tile_order(const FwdProblem& p, int block_m) {
+  static const bool groups = env_switch_on("FLASHATTN_SM90_TILE_GROUPS");
+  const bool masked = p.score.window_left >= 0 || p.score.window_right >= 0;
+  const int64_t m_blocks = cuda::ceil_div(p.seqlen_q, block_m), head_seqs = p.batch * p.heads;
+  const cuda::DeviceProps& device = cuda::device_props(p.device.index);
+  if (!groups || !masked || p.varlen() || device.l2_bytes <= 0 || m_blocks <= 0 || head_seqs <= 0) return {};
+  const int64_t kv_bytes = p.seqlen_k * p.head_dim * 2 * dtype_size(p.dtype);
+  return cuda::attn::masked_tile_order(int(m_blocks), int(head_seqs), kv_bytes, p.group_size(), device.l2_bytes,
+                                       device.sms);
 }
 
 // Calls cuda_sm80 runs faster, measured on the H200 (bench/results/2026-12-06-h200-sm90-forward.md): head
@@ -218,8 +263,19 @@ void run_fwd(const FwdProblem& p, Stream stream) {
   args.num_m_blocks = int(cuda::ceil_div(p.seqlen_q, tile.block_m));
   args.pingpong = pingpong_enabled();
   args.overlap = overlap_enabled();
-  args.persistent_ctas = use_persistent(p) ? cuda::device_props(p.device.index).sms : 0;
+  args.max_slack = max_slack();
+  const bool general = cuda::attn::needs_general_fwd(p);
+  const FwdGrid grid = cuda::sm90::fwd_persistent(bucket, general) ? fwd_grid(p) : FwdGrid::per_tile;
+  args.persistent_ctas = grid != FwdGrid::per_tile ? cuda::device_props(p.device.index).sms : 0;
+  args.order = fwd_tile_order(p, tile.block_m);
   if (int64_t(args.num_m_blocks) * p.heads * p.batch == 0) return;
+  const auto s = static_cast<cudaStream_t>(stream);
+  // The dynamic order's counter: one zeroed word, freed (stream-ordered) after the kernel.
+  cuda::Workspace counter(grid == FwdGrid::dynamic_tiles ? sizeof(uint32_t) : 0, s);
+  if (grid == FwdGrid::dynamic_tiles) {
+    args.tile_counter = counter.as<uint32_t>();
+    FA_CUDA_CHECK(cudaMemsetAsync(args.tile_counter, 0, sizeof(uint32_t), s));
+  }
   int key_box_rows = tile.block_n;
   if (p.paged_kv()) {
     args.paged_box_rows = key_box_rows = cuda::sm90::paged_box_rows(p.paged.page_size, tile.block_n);
@@ -232,8 +288,6 @@ void run_fwd(const FwdProblem& p, Stream stream) {
       cuda::sm90::make_rows_map(p.k, p.dtype, p.head_dim, map_rows_k(p), p.heads_k, map_batch_k(p), key_box_rows);
   args.v_map =
       cuda::sm90::make_rows_map(p.v, p.dtype, p.head_dim, map_rows_k(p), p.heads_k, map_batch_k(p), key_box_rows);
-  const auto s = static_cast<cudaStream_t>(stream);
-  const bool general = cuda::attn::needs_general_fwd(p);
   if (bucket == 64)
     run_bucket<64>(args, p.dtype, general, s);
   else if (bucket == 128)

@@ -118,8 +118,11 @@ struct FwdConsumer {
   }
 };
 
-// Where work tile `tile` lies: tiles are (query tile, head, sequence), query tiles of a head consecutive and
-// heaviest (last, under a causal mask) first, as sm80's per-head order.
+// Where work tile `tile` lies: tiles are (query tile, head, sequence) in args.order (attn/tile_order.h): by
+// default query tiles of a head consecutive and heaviest (last, under a causal mask) first; a masked call's
+// order groups heads (tile_coord, one more division, taken only where the order is not per head).
+// kGroupedOrder false: the per-head order whatever args.order says (the softcap/ALiBi D = 256 instance,
+// whose consumers spilled 32 -> 100 bytes with tile_coord beside their state).
 struct Sm90TilePlace {
   int64_t b = 0, h = 0, m0 = 0;  // m0: the tile's first query row in its sequence
   SeqRange seq;                  // the sequence's rows in q and k (common/score.h; clamped values)
@@ -127,13 +130,21 @@ struct Sm90TilePlace {
   int n_begin = 0, n_end = 0;
 };
 
-template <int kBlockM, int kBlockN>
+template <int kBlockM, int kBlockN, bool kGroupedOrder = true>
 __device__ __forceinline__ Sm90TilePlace place_tile(const FwdArgs& args, uint32_t tile) {
   Sm90TilePlace t;
   // 32-bit divisions (supports_fwd: fewer than 2^31 tiles): 64-bit ones are calls, which the producer's
   // few registers cannot afford.
-  const int m_block = args.num_m_blocks - 1 - int(tile % uint32_t(args.num_m_blocks));
-  const uint32_t head_seq = tile / uint32_t(args.num_m_blocks);
+  int m_block;
+  uint32_t head_seq;
+  if (!kGroupedOrder || args.order.per_head()) {
+    m_block = args.num_m_blocks - 1 - int(tile % uint32_t(args.num_m_blocks));
+    head_seq = tile / uint32_t(args.num_m_blocks);
+  } else {
+    const attn::TileCoord c = attn::tile_coord(int(tile), args.order);
+    m_block = c.m_block;
+    head_seq = uint32_t(c.head_seq);
+  }
   t.h = head_seq % uint32_t(args.p.heads);
   t.b = head_seq / uint32_t(args.p.heads);
   t.seq = seq_range(args.p, t.b);
@@ -150,7 +161,8 @@ __device__ __forceinline__ Sm90TilePlace place_tile(const FwdArgs& args, uint32_
 
 // The mbarriers after the tiles (fwd_tile.h, barrier_offset): q_full, then k_full, v_full and empty per
 // stage, then v_edge (the V tile a varlen CTA loads last, before its rows past the sequence are cleared),
-// then q_empty (the consumers are done with the Q tile: the next one may load).
+// then q_empty (the consumers are done with the Q tile: the next one may load), then the dynamic tile
+// scheduler's sched_full and sched_empty per slot and the slots' tile words (DynamicTiles).
 template <int kStages>
 struct FwdBarriers {
   uint32_t q_full;
@@ -159,6 +171,44 @@ struct FwdBarriers {
   __device__ __forceinline__ uint32_t empty(int s) const { return q_full + 8u * uint32_t(1 + 2 * kStages + s); }
   uint32_t v_edge = q_full + 8u * uint32_t(1 + 3 * kStages);
   uint32_t q_empty = v_edge + 8u;
+  __device__ __forceinline__ uint32_t sched_full(uint32_t s) const { return q_empty + 8u * (1u + s); }
+  __device__ __forceinline__ uint32_t sched_empty(uint32_t s) const { return q_empty + 8u * (1u + kSchedSlots + s); }
+  // Byte offset of the slots' words from q_full.
+  static constexpr uint32_t kSchedWordsOffset = 8u * uint32_t(3 + 3 * kStages + 2 * kSchedSlots);
+};
+
+// The persistent grid's dynamic order (args.tile_counter): a CTA starts with work tile blockIdx.x, and each
+// time its producer has issued a tile's loads it draws the next one from the call's counter (gridDim.x +
+// atomicAdd), so an SM that finishes early takes the next tile of the list (heaviest first where the list
+// is ordered so, attn/tile_order.h) instead of the tile a static deal gave it. The producer hands each draw
+// to the consumers through a ring of kSchedSlots shared words: draw j goes to slot j % kSchedSlots, published
+// by an arrival on sched_full (release) and freed by the consumer threads' arrivals on sched_empty after
+// they read it (the same phases as the K/V ring, pipeline.h). A draw past the list ends both loops.
+struct DynamicTiles {
+  volatile uint32_t* words;  // the slots' tile words (shared memory)
+  uint32_t draws = 0;        // draws so far (the slot and phase of the next)
+
+  // Producer (one thread): draws the next tile and publishes it.
+  template <int kStages>
+  __device__ __forceinline__ uint32_t draw(uint32_t* counter, const FwdBarriers<kStages>& bars) {
+    const uint32_t tile = gridDim.x + atomicAdd(counter, 1u);
+    const uint32_t slot = sched_slot(draws);
+    async::mbarrier_wait(bars.sched_empty(slot), sched_phase(draws) ^ 1u);
+    words[slot] = tile;
+    async::mbarrier_arrive(bars.sched_full(slot));
+    ++draws;
+    return tile;
+  }
+  // Consumers (every thread): the producer's next draw.
+  template <int kStages>
+  __device__ __forceinline__ uint32_t next(const FwdBarriers<kStages>& bars) {
+    const uint32_t slot = sched_slot(draws);
+    async::mbarrier_wait(bars.sched_full(slot), sched_phase(draws));
+    const uint32_t tile = words[slot];
+    async::mbarrier_arrive(bars.sched_empty(slot));
+    ++draws;
+    return tile;
+  }
 };
 
 // Zeroes rows [first_row, kBlockN) of the V stage at shared address `stage` (every panel): whole 128-byte
@@ -319,13 +369,17 @@ __global__ void __launch_bounds__(fwd_tile(kHeadDim).threads(), 1) fwd_kernel(co
   unsigned char* smem = smem_raw + pad;
   const uint32_t base = raw_addr + pad;
   const FwdBarriers<kStages> bars{base + uint32_t(kTile.barrier_offset())};
+  volatile uint32_t* const sched_words =
+      reinterpret_cast<volatile uint32_t*>(smem + kTile.barrier_offset() + FwdBarriers<kStages>::kSchedWordsOffset);
   constexpr uint32_t kConsumerThreads = uint32_t(kTile.consumer_warpgroups() * kWarpgroupThreads);
   constexpr bool kPersistent = fwd_persistent(kHeadDim, kGeneral);
+  constexpr bool kGroupedOrder = !(kGeneral && kHeadDim == 256);
 
   const FwdProblem& p = args.p;
-  // Work tiles (query tile, head, sequence) in place_tile's order, CTA c taking c, c + gridDim.x, ...: a
-  // persistent grid of one CTA per SM (run_fwd), or one tile per CTA (and the one-tile code of an instance
-  // that is never persistent, fwd_persistent).
+  // Work tiles (query tile, head, sequence) in place_tile's order, CTA c taking c, then c + gridDim.x, ...
+  // (static) or the tiles it draws (DynamicTiles, args.tile_counter): a persistent grid of one CTA per SM
+  // (run_fwd), or one tile per CTA (and the one-tile code of an instance that is never persistent,
+  // fwd_persistent).
   const uint32_t tiles = uint32_t(args.num_m_blocks * p.heads * p.batch);
   const int warpgroup = int(threadIdx.x) / kWarpgroupThreads;
 
@@ -338,6 +392,10 @@ __global__ void __launch_bounds__(fwd_tile(kHeadDim).threads(), 1) fwd_kernel(co
     }
     async::mbarrier_init(bars.v_edge, 1);
     async::mbarrier_init(bars.q_empty, kConsumerThreads);
+    for (uint32_t s = 0; s < kSchedSlots; ++s) {
+      async::mbarrier_init(bars.sched_full(s), 1);
+      async::mbarrier_init(bars.sched_empty(s), kConsumerThreads);
+    }
     async::fence_mbarrier_init();
   }
   __syncthreads();
@@ -351,9 +409,18 @@ __global__ void __launch_bounds__(fwd_tile(kHeadDim).threads(), 1) fwd_kernel(co
       async::prefetch_tensormap(&args.v_map);
     }
     ProducerState<kStages> ps;
-    for (uint32_t tile = blockIdx.x; tile < tiles; tile += kPersistent ? gridDim.x : tiles) {
-      const Sm90TilePlace t = place_tile<kBlockM, kBlockN>(args, tile);
+    DynamicTiles dyn{sched_words};
+    for (uint32_t tile = blockIdx.x; tile < tiles;) {
+      const Sm90TilePlace t = place_tile<kBlockM, kBlockN, kGroupedOrder>(args, tile);
       if (t.valid_rows > 0) produce<kTile>(args, t, base, bars, int(threadIdx.x), ps);
+      if (!kPersistent) break;
+      if (args.tile_counter != nullptr) {
+        uint32_t next = 0;
+        if (threadIdx.x == 0) next = dyn.draw(args.tile_counter, bars);
+        tile = __shfl_sync(0xffffffffu, next, 0);
+      } else {
+        tile += gridDim.x;
+      }
     }
     return;
   }
@@ -383,7 +450,7 @@ __global__ void __launch_bounds__(fwd_tile(kHeadDim).threads(), 1) fwd_kernel(co
   PipelineState<kStages> st;
   uint32_t tiles_done = 0;
   const auto consume = [&](uint32_t tile) {
-    const Sm90TilePlace t = place_tile<kBlockM, kBlockN>(args, tile);
+    const Sm90TilePlace t = place_tile<kBlockM, kBlockN, kGroupedOrder>(args, tile);
     if (t.valid_rows == 0) return;  // uniform over the CTA
     const Mask mask = make_mask(p.score, t.seq.sq, t.seq.sk);
 
@@ -407,10 +474,11 @@ __global__ void __launch_bounds__(fwd_tile(kHeadDim).threads(), 1) fwd_kernel(co
       if constexpr (kGeneral) attn::logits_rowmajor(s, score, mask, t.m0 + warp_row0, key0, lane);
       if (!attn::tile_fully_visible(mask, t.m0, t.m0 + t.valid_rows - 1, key0, key0 + kBlockN - 1))
         attn::mask_rowmajor(s, mask, t.m0 + warp_row0, key0, lane);
-      softmax.update(s, rescale, kGeneral ? 1.0f : args.scale_log2);
+      softmax.template update<Consumer::kSFrags, true>(s, rescale, kGeneral ? 1.0f : args.scale_log2, args.max_slack);
     };
-    // Every factor is exactly 1 once a warp's row maxima stop growing: skip the multiplies then (a
-    // warp-uniform vote; the product that reads o is warpgroup-wide but reads it only after its fence).
+    // Every factor is exactly 1 while no row max of the warp moves (args.max_slack lets a max grow by that
+    // much before it moves): skip the multiplies then (a warp-uniform vote; the product that reads o is
+    // warpgroup-wide but reads it only after its fence).
     const auto rescale_o = [&](const float(&rescale)[1][2]) {
       if (__any_sync(0xffffffffu, rescale[0][0] != 1.0f || rescale[0][1] != 1.0f)) {
 #pragma unroll
@@ -521,7 +589,11 @@ __global__ void __launch_bounds__(fwd_tile(kHeadDim).threads(), 1) fwd_kernel(co
     ++tiles_done;
   };
   if constexpr (kPersistent) {
-    for (uint32_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) consume(tile);
+    DynamicTiles dyn{sched_words};
+    for (uint32_t tile = blockIdx.x; tile < tiles;) {
+      consume(tile);
+      tile = args.tile_counter != nullptr ? dyn.next(bars) : tile + gridDim.x;
+    }
   } else {
     consume(blockIdx.x);
   }

@@ -25,6 +25,12 @@ inline constexpr int kWgmmaRows = 64;               // wgmma's M: the rows of on
 inline constexpr int kSmemOptinBytes = 227 * 1024;  // dynamic shared memory a CTA may opt into on sm_90
 
 // One head-dim bucket's tile (sm90 fwd_tile below). Why these numbers: docs/kernels.md, "cuda_sm90 forward".
+// The dynamic tile scheduler's ring (fwd_kernel.cuh, DynamicTiles): draw j uses slot j % kSchedSlots in
+// that slot's phase (j / kSchedSlots) & 1, as tile j of pipeline.h's ring (tested against PipelineState).
+inline constexpr int kSchedSlots = 2;
+FA_HD constexpr uint32_t sched_slot(uint32_t draw) { return draw % uint32_t(kSchedSlots); }
+FA_HD constexpr uint32_t sched_phase(uint32_t draw) { return (draw / uint32_t(kSchedSlots)) & 1u; }
+
 struct Sm90FwdTile {
   int head_dim = 0;
   int block_m = 0;                           // query rows of a CTA: kWgmmaRows per consumer warpgroup
@@ -41,8 +47,10 @@ struct Sm90FwdTile {
   // fits (else O is staged in Q's), then the mbarriers.
   FA_HD constexpr int k_offset(int stage) const { return q_bytes() + stage * kv_bytes(); }
   FA_HD constexpr int v_offset(int stage) const { return q_bytes() + (stages + stage) * kv_bytes(); }
-  // q_full, then k_full, v_full and empty per stage, then v_edge and q_empty (fwd_kernel.cuh), 8 bytes each.
-  FA_HD constexpr int barriers() const { return 3 + 3 * stages; }
+  // q_full, then k_full, v_full and empty per stage, then v_edge and q_empty, then the dynamic tile
+  // scheduler's sched_full and sched_empty per slot and its two slots' tile words (fwd_kernel.cuh), 8 bytes
+  // each (the two words share one).
+  FA_HD constexpr int barriers() const { return 3 + 3 * stages + 2 * kSchedSlots + 1; }
   // A tile of its own for O lets the next query tile's Q load while this one's O is stored (the persistent
   // grid, fwd_kernel.cuh); it is there when it fits in sm_90's 227 KB beside the rest.
   FA_HD constexpr bool o_separate() const {
