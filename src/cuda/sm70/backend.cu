@@ -5,13 +5,12 @@
 // default: CUDA 13 compiles nothing older than sm_75), runs the same code on any later GPU when the call names the
 // backend; a Volta GPU runs the build's sm_70 image of the same kernel (image.h).
 //
-// Opt-in (Backend::default_decline) until the kernels have been run on a GPU (docs/kernels.md, "cuda_sm70").
+// The dispatcher reaches it on a V100 by default (the other CUDA backends decline compute capability 7.x); on later
+// GPUs it comes after the backends for them in the registry, so it runs only what they decline or what names it.
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <limits>
 #include <string>
 #include <utility>
@@ -223,15 +222,6 @@ void run_kvcache(const KVCacheProblem& p, Stream stream) {
   });
 }
 
-// Until the kernels have run on a GPU, the dispatcher picks them only when FLASHATTN_SM70=1 (which is how
-// flash_attn_func and flash_attn_with_kvcache, which name no backend, reach them on a V100).
-std::string not_yet_verified() {
-  const char* v = std::getenv("FLASHATTN_SM70");
-  if (v != nullptr && std::strcmp(v, "1") == 0) return {};
-  return "opt-in: the m8n8k4 kernels have not yet run on a GPU (set FLASHATTN_SM70=1, or name "
-         "backend='cuda_sm70')";
-}
-
 }  // namespace
 
 }  // namespace flashattn::detail::cuda::sm70
@@ -249,7 +239,6 @@ const Backend& cuda_sm70_backend() {
       .supports_kvcache = cuda::sm70::supports_kvcache,
       .run_kvcache = cuda::sm70::run_kvcache,
       .paged_varlen_fwd = true,
-      .default_decline = cuda::sm70::not_yet_verified,
   };
   return b;
 }
