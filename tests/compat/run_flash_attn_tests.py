@@ -5,6 +5,7 @@ einops, pytest and an installed flashattn built with CUDA. See docs/compat.md.
 
     python tests/compat/run_flash_attn_tests.py --fetch-only     # on a machine with network access
     python tests/compat/run_flash_attn_tests.py [--sample N] [--shard K/N] [-- pytest args]   # on the GPU machine
+    python tests/compat/run_flash_attn_tests.py --ids failed.txt -- -n 2   # only these test ids (a run's failures)
 
 The file is fetched once into tests/compat/.upstream/<commit>/ (ignored by git, never committed) and
 checked against its git blob hash, so a run uses exactly the pinned file. Exit status: pytest's.
@@ -46,6 +47,17 @@ def test_file(commit, blob, fetch):
     return path
 
 
+def parse_test_ids(lines):
+    """The test ids in `lines`, one per non-empty line, as pytest prints them (`FAILED test_flash_attn.py::name[...]
+    - reason`, `test_flash_attn.py::name[...]` or `name[...]`), without the file name."""
+    ids = []
+    for line in lines:
+        token = next((t for t in line.split() if "::" in t or t.startswith("test_")), "")
+        if token:
+            ids.append(token.split("::", 1)[-1])
+    return ids
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--commit", default=PINNED_COMMIT, help="flash-attention commit (default: v2.8.3)")
@@ -57,6 +69,8 @@ def main():
     parser.add_argument("--seed", type=int, default=0, help="seed of --sample")
     parser.add_argument("--shard", default="", help="K/N: run shard K of N (a fixed split by test id; the N "
                         "shards together are the whole file)")
+    parser.add_argument("--ids", default="", help="a file of test ids (one per line, as pytest prints them after "
+                        "FAILED, with or without the file name): run only those, e.g. a shard's failures again")
     parser.add_argument("pytest_args", nargs="*", help="passed to pytest (after --)")
     args = parser.parse_args()
     blob = args.blob if args.blob is not None else (PINNED_BLOB if args.commit == PINNED_COMMIT else "")
@@ -76,7 +90,14 @@ def main():
         print("run_flash_attn_tests: needs torch with a CUDA device, einops and flashattn built with CUDA",
               file=sys.stderr)
         return check.returncode
-    command = [sys.executable, "-m", "pytest", str(path), "-p", "exclusions", "-p", "no:cacheprovider", "-q",
+    targets = [str(path)]
+    if args.ids:
+        with open(args.ids) as f:
+            ids = parse_test_ids(f)
+        if not ids:
+            sys.exit(f"run_flash_attn_tests: --ids {args.ids}: expected test ids, one per line, got none")
+        targets = [f"{path}::{i}" for i in ids]
+    command = [sys.executable, "-m", "pytest", *targets, "-p", "exclusions", "-p", "no:cacheprovider", "-q",
                "--compat-sample", str(args.sample), "--compat-seed", str(args.seed), "--compat-shard", args.shard,
                *args.pytest_args]
     return subprocess.run(command, env=env, cwd=path.parent).returncode

@@ -1,6 +1,7 @@
 """The compatibility gate's shards (tests/compat/exclusions.py, --compat-shard K/N): every test id falls in
 exactly one shard, the split does not depend on the process (xdist workers and later sessions see the same
-one), and malformed specs are refused. Needs pytest only."""
+one), and malformed specs are refused; the runner's --ids file (a run's failures) gives back the test ids.
+Needs pytest only."""
 
 import sys
 from pathlib import Path
@@ -38,3 +39,15 @@ def test_parse_shard_accepts_k_of_n(spec, expected):
 def test_parse_shard_refuses_malformed_specs(spec):
     with pytest.raises(pytest.UsageError, match="--compat-shard"):
         parse_shard(spec)
+
+
+def test_ids_file_lines_give_the_test_ids():
+    import run_flash_attn_tests
+
+    lines = ["FAILED test_flash_attn.py::test_flash_attn_kvcache[1-131072-gqa-1-dtype0] - torch.OutOfMemoryError\n",
+             "\n",
+             "test_flash_attn.py::test_flash_attn_output[128-40-False]\n",
+             "test_flash_attn_race_condition[97-1]\n"]
+    assert run_flash_attn_tests.parse_test_ids(lines) == [
+        "test_flash_attn_kvcache[1-131072-gqa-1-dtype0]", "test_flash_attn_output[128-40-False]",
+        "test_flash_attn_race_condition[97-1]"]

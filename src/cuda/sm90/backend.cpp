@@ -1,7 +1,7 @@
 // The cuda_sm90 backend: the Hopper forward and backward (TMA, mbarrier pipeline, wgmma; fwd_kernel.cuh,
 // bwd_kernel.cuh). Compiled into every CUDA build; its kernels exist only where FLASHATTN_CUDA_ARCHS holds
-// 90a (FLASHATTN_SM90A). supports_fwd / supports_bwd name the first condition a call breaks, and defer_fwd
-// the calls cuda_sm80 runs faster; all fall back to cuda_sm80 (options.backend = "cuda_sm90" runs the
+// 90a (FLASHATTN_SM90A). supports_fwd / supports_bwd name the first condition a call breaks, and defer_bwd
+// the backward calls cuda_sm80 runs faster; all fall back to cuda_sm80 (options.backend = "cuda_sm90" runs the
 // deferred ones regardless).
 
 #include <cuda_bf16.h>
@@ -103,31 +103,23 @@ FwdGrid fwd_grid(const FwdProblem& p) {
   return static_fits ? FwdGrid::static_tiles : FwdGrid::dynamic_tiles;
 }
 
-// The work tiles' order (attn/tile_order.h): a masked dense call's tiles differ in cost, and the hardware
-// hands out CTAs in blockIdx order, so its heavy tiles go first in groups of heads whose K and V share the
-// L2, and its light tiles last (sm80's forward: 1.004-1.137x the per-head order, bench/NOTES.md). One CTA
-// per SM (the forward's shared memory), hence one slot per SM. Varlen and unmasked calls keep the per-head
-// order; FLASHATTN_SM90_TILE_GROUPS=0 keeps it everywhere (A/B runs).
+// The work tiles' order (attn/tile_order.h): a masked dense call's tiles differ in cost, and CTAs take them
+// in list order (the hardware's blockIdx order, or the dynamic draw), so from 16 query tiles per head on
+// its heavy tiles go first in groups of heads whose K and V share the L2, and its light tiles last. Measured
+// on the dynamic grid (H100, causal, per-head time / grouped time): 1.01-1.05x at 8k tokens, 0.99-1.02x at
+// 2k, but 0.94-0.99x at 1k (8 query tiles a head), hence the threshold (bench/NOTES.md, session 21). One
+// CTA per SM (the forward's shared memory), hence one slot per SM. Varlen and unmasked calls keep the
+// per-head order; FLASHATTN_SM90_TILE_GROUPS=0 keeps it everywhere (A/B runs).
 cuda::attn::TileOrder fwd_tile_order(const FwdProblem& p, int block_m) {
   static const bool groups = env_switch_on("FLASHATTN_SM90_TILE_GROUPS");
+  constexpr int64_t kMinMBlocks = 16;
   const bool masked = p.score.window_left >= 0 || p.score.window_right >= 0;
   const int64_t m_blocks = cuda::ceil_div(p.seqlen_q, block_m), head_seqs = p.batch * p.heads;
   const cuda::DeviceProps& device = cuda::device_props(p.device.index);
-  if (!groups || !masked || p.varlen() || device.l2_bytes <= 0 || m_blocks <= 0 || head_seqs <= 0) return {};
+  if (!groups || !masked || p.varlen() || device.l2_bytes <= 0 || m_blocks < kMinMBlocks || head_seqs <= 0) return {};
   const int64_t kv_bytes = p.seqlen_k * p.head_dim * 2 * dtype_size(p.dtype);
   return cuda::attn::masked_tile_order(int(m_blocks), int(head_seqs), kv_bytes, p.group_size(), device.l2_bytes,
                                        device.sms);
-}
-
-// Calls cuda_sm80 runs faster, measured on the H200 (bench/results/2026-12-06-h200-sm90-forward.md): head
-// dims of the 64 bucket on sequences shorter than 2k (sm90 0.89-0.95x sm80 at 512-1k; 1.01-1.09x at 2k),
-// where the 128-row tile with one K/V tile in flight per stage has too few key tiles to fill its pipeline.
-std::string defer_fwd(const FwdProblem& p) {
-  constexpr int64_t kMinSeqlen64 = 2048;
-  if (fwd_bucket(p.head_dim) == 64 && std::max(p.seqlen_q, p.seqlen_k) < kMinSeqlen64)
-    return "head_dim " + std::to_string(p.head_dim) + " below " + std::to_string(kMinSeqlen64) +
-           " tokens: cuda_sm80 measured faster";
-  return {};
 }
 
 // Backward calls where cuda_sm80's backward measured faster go to it (options.backend = "cuda_sm90" runs
@@ -371,7 +363,6 @@ const Backend& cuda_sm90_backend() {
     x.device = DeviceType::cuda;
     x.supports_fwd = &supports_fwd;
     x.run_fwd = &run_fwd;
-    x.defer_fwd = &defer_fwd;
     x.paged_varlen_fwd = true;
     x.supports_bwd = &supports_bwd;
     x.run_bwd = &run_bwd;
