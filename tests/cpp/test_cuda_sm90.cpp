@@ -87,6 +87,27 @@ TEST(CudaSm90Host, TmaBoxesWriteThePanelLayout) {
   expect_tile_layout<192, 64>();
 }
 
+// The epilogue's TMA store (FwdArgs::tma_store): warpgroup w's box of panel p starts at o_offset + p * block_m
+// * 128 + 64 w * 128 bytes and reads (row, col) of its 64 rows where the staging tile (sm80's SmemTile
+// offsets, store_acc) put O[64 w + row][64 p + col]; each box starts on a swizzle atom, so the swizzle phase
+// of the box is the tile's.
+TEST(CudaSm90Host, TmaStoreBoxesReadTheStagedO) {
+  for (int bucket : {64, 128, 192, 256}) {
+    const sm90::Sm90FwdTile t = sm90::fwd_tile(bucket);
+    ASSERT_EQ(t.o_offset() % 1024, 0) << bucket;
+    for (int wg = 0; wg < t.consumer_warpgroups(); ++wg)
+      for (int p = 0; p < t.panels(); ++p) {
+        const uint32_t box = uint32_t(p * t.block_m * 128 + wg * sm90::kWgmmaRows * 128);
+        ASSERT_EQ(box % 1024, 0u);
+        for (int r = 0; r < sm90::kWgmmaRows; ++r)
+          for (int c = 0; c < 64; ++c)
+            ASSERT_EQ(tma_box_offset(box, r, c),
+                      sm90::tile_byte_offset(t.block_m, wg * sm90::kWgmmaRows + r, 64 * p + c))
+                << bucket << ": warpgroup " << wg << ", panel " << p << ", (" << r << ", " << c << ")";
+      }
+  }
+}
+
 // S = Q K^T: k-step kk of the warpgroup whose rows start at row0 reads Q[row0 + m][16 kk + k], and of the
 // K tile K[n][16 kk + k].
 TEST(CudaSm90Host, KMajorDescriptorsReadQAndK) {

@@ -103,6 +103,44 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
 #endif
 }
 
+// Issues the TMA store of one box from shared address `src` to map coordinates (c0, c1, c2, c3), in this
+// thread's current bulk group (one thread; the writes of the box's shared memory must be ordered before it
+// with fence.proxy.async and a barrier). Boxes past the map's bounds are clipped, not written.
+__device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, uint32_t src, int c0, int c1, int c2, int c3) {
+#if FLASHATTN_ASYNC_ENABLED
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+               : "memory");
+#else
+  __trap();
+#endif
+}
+
+// Closes this thread's bulk group of TMA stores.
+__device__ __forceinline__ void bulk_commit_group() {
+#if FLASHATTN_ASYNC_ENABLED
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+#endif
+}
+
+// Waits until at most kPending of this thread's bulk groups still read their shared memory (which may then be
+// written again).
+template <int kPending>
+__device__ __forceinline__ void bulk_wait_group_read() {
+#if FLASHATTN_ASYNC_ENABLED
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
+#endif
+}
+
+// Waits until at most kPending of this thread's bulk groups are incomplete (their global writes done).
+template <int kPending>
+__device__ __forceinline__ void bulk_wait_group() {
+#if FLASHATTN_ASYNC_ENABLED
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kPending) : "memory");
+#endif
+}
+
 // Brings a tensor map into the cache ahead of its first TMA (one thread).
 __device__ __forceinline__ void prefetch_tensormap(const CUtensorMap* map) {
 #if FLASHATTN_ASYNC_ENABLED

@@ -15,12 +15,14 @@ namespace flashattn::detail::cuda::sm90 {
 
 struct FwdArgs {
   CUtensorMap q_map, k_map, v_map;  // (head dim, rows, heads, batch); 64-byte aligned by their type
+  CUtensorMap o_map;                // out, boxes of one warpgroup's 64 rows (tma_store only)
   FwdProblem p;
-  float scale_log2 = 0;   // softmax_scale * log2(e), > 0 (the backend declines other scales)
-  int group = 1;          // query heads per kv head
-  int num_m_blocks = 0;   // query tiles per (sequence, head)
-  bool pingpong = false;  // the consumer warpgroups take turns at their products (fwd_kernel.cuh)
-  bool overlap = false;   // S of the next key tile overlaps P V of this one, inside a warpgroup (fwd_kernel.cuh)
+  float scale_log2 = 0;    // softmax_scale * log2(e), > 0 (the backend declines other scales)
+  int group = 1;           // query heads per kv head
+  int num_m_blocks = 0;    // query tiles per (sequence, head)
+  bool pingpong = false;   // the consumer warpgroups take turns at their products (fwd_kernel.cuh)
+  bool overlap = false;    // S of the next key tile overlaps P V of this one, inside a warpgroup (fwd_kernel.cuh)
+  bool tma_store = false;  // the epilogue stores O with TMA (o_map; dense calls only), else with 16-byte stores
   // How far (base-2 logit units) a row's max may grow before the online softmax moves it and rescales O
   // (attn::SoftmaxRow::begin_lazy); 0: on any growth.
   float max_slack = 0;

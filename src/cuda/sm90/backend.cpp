@@ -60,6 +60,15 @@ bool overlap_enabled() {
   return on;
 }
 
+// The epilogue's TMA store of O (fwd_kernel.cuh): one thread issues a box per panel and the warpgroup moves on,
+// where the 16-byte stores keep every thread on the epilogue until they are issued. Written for issue 28's
+// 2k-token points, where a work tile's epilogue and start are a larger share; not yet measured, so off unless
+// FLASHATTN_SM90_TMA_STORE=1. Dense calls only: a varlen call's box would run into the next sequence's rows.
+bool tma_store_enabled(const FwdProblem& p) {
+  static const char* v = std::getenv("FLASHATTN_SM90_TMA_STORE");
+  return v != nullptr && std::string_view(v) == "1" && !p.varlen();
+}
+
 // How far a row's running max may grow before the forward's online softmax moves it and rescales O
 // (FwdArgs::max_slack): 8 base-2 units, as FlashAttention-4 does, keeps P below 2^8 (exact in every
 // dtype's range, the same relative rounding) and leaves O's rescale to the few tiles whose max jumps.
@@ -256,6 +265,7 @@ void run_fwd(const FwdProblem& p, Stream stream) {
   args.pingpong = pingpong_enabled();
   args.overlap = overlap_enabled();
   args.max_slack = max_slack();
+  args.tma_store = tma_store_enabled(p);
   const bool general = cuda::attn::needs_general_fwd(p);
   const FwdGrid grid = cuda::sm90::fwd_persistent(bucket, general) ? fwd_grid(p) : FwdGrid::per_tile;
   args.persistent_ctas = grid != FwdGrid::per_tile ? cuda::device_props(p.device.index).sms : 0;
@@ -280,6 +290,9 @@ void run_fwd(const FwdProblem& p, Stream stream) {
       cuda::sm90::make_rows_map(p.k, p.dtype, p.head_dim, map_rows_k(p), p.heads_k, map_batch_k(p), key_box_rows);
   args.v_map =
       cuda::sm90::make_rows_map(p.v, p.dtype, p.head_dim, map_rows_k(p), p.heads_k, map_batch_k(p), key_box_rows);
+  if (args.tma_store)
+    args.o_map =
+        cuda::sm90::make_rows_map(p.out, p.dtype, p.head_dim, p.seqlen_q, p.heads, p.batch, cuda::sm90::kWgmmaRows);
   if (bucket == 64)
     run_bucket<64>(args, p.dtype, general, s);
   else if (bucket == 128)

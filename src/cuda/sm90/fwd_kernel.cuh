@@ -563,17 +563,39 @@ __global__ void __launch_bounds__(fwd_tile(kHeadDim).threads(), 1) fwd_kernel(co
       }
     }
 
-    // Epilogue: O / l rounded to T into the warpgroup's rows of the staging tile, then whole 16-byte chunks
-    // of rows to `out` (rows past the sequence and dims past head_dim are not stored). The first sync keeps
-    // the writes after the previous work tile's reads of the same rows by the warpgroup's other threads.
+    // Epilogue: O / l rounded to T into the warpgroup's rows of the staging tile, then to `out` (rows past
+    // the sequence and dims past head_dim are not stored): by the TMA store of one box per panel, issued by
+    // the warpgroup's first thread (args.tma_store: dense calls, whose map ends at seqlen_q and head_dim), or
+    // as whole 16-byte chunks of rows by every thread. The first sync keeps the writes after the previous
+    // work tile's reads of the same rows (its TMA store's: the issuing thread waits for them first).
+    const uint32_t epilogue_barrier = kEpilogueBarrier + uint32_t(consumer);
+    const bool store_leader = args.tma_store && tid == 0;
     softmax.reduce_sums();
     const float scale[2] = {softmax.out_scale(0, 0, 1.0f), softmax.out_scale(0, 1, 1.0f)};
-    if (kTile.o_separate()) async::named_barrier_sync(kEpilogueBarrier + uint32_t(consumer), kWarpgroupThreads);
+    if (kTile.o_separate()) {
+      if (store_leader) async::bulk_wait_group_read<0>();
+      async::named_barrier_sync(epilogue_barrier, kWarpgroupThreads);
+    }
     sm80::store_acc<T, QTile>(so, o, warp_row0, 0, scale, lane);
-    async::named_barrier_sync(kEpilogueBarrier + uint32_t(consumer), kWarpgroupThreads);
-    T* out_tile = static_cast<T*>(p.out.ptr) + p.out.offset(t.b, t.seq.q_start + t.m0 + wg_row0, t.h);
-    sm80::store_rows<QTile, kWgmmaRows, kWarpgroupThreads>(out_tile, p.out.row_stride, so, wg_row0,
-                                                           t.valid_rows - wg_row0, int(p.head_dim / 8), tid);
+    if (args.tma_store) {
+      wgmma::fence_proxy_async();  // this thread's writes of O before the TMA store reads them
+      async::named_barrier_sync(epilogue_barrier, kWarpgroupThreads);
+      if (store_leader) {
+        const uint32_t rows = base + uint32_t(kTile.o_offset()) + uint32_t(wg_row0) * kPanelRowBytes;
+#pragma unroll
+        for (int pnl = 0; pnl < kTile.panels(); ++pnl)
+          async::tma_store_4d(&args.o_map, rows + uint32_t(pnl * kBlockM) * kPanelRowBytes, pnl * int(kPanelCols),
+                              int(t.m0) + wg_row0, int(t.h), int(t.b));
+        async::bulk_commit_group();
+        // O staged in Q's rows: read before Q is released to the next tile's load.
+        if (!kTile.o_separate()) async::bulk_wait_group_read<0>();
+      }
+    } else {
+      async::named_barrier_sync(epilogue_barrier, kWarpgroupThreads);
+      T* out_tile = static_cast<T*>(p.out.ptr) + p.out.offset(t.b, t.seq.q_start + t.m0 + wg_row0, t.h);
+      sm80::store_rows<QTile, kWgmmaRows, kWarpgroupThreads>(out_tile, p.out.row_stride, so, wg_row0,
+                                                             t.valid_rows - wg_row0, int(p.head_dim / 8), tid);
+    }
     if (!kTile.o_separate()) {
       wgmma::fence_proxy_async();
       release_q();
@@ -597,6 +619,8 @@ __global__ void __launch_bounds__(fwd_tile(kHeadDim).threads(), 1) fwd_kernel(co
   } else {
     consume(blockIdx.x);
   }
+  // The last TMA stores read shared memory and write `out` after their issue: done before the CTA ends.
+  if (args.tma_store && int(threadIdx.x) % kWarpgroupThreads == 0) async::bulk_wait_group<0>();
 }
 
 // Launches the forward of one (dtype, head-dim bucket, instance); instantiated in fwd_hdim<D>.cu. A
