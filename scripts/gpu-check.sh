@@ -20,12 +20,16 @@
 # 64 bucket only). Its steps' limits add up to about 900 s: run it alone (`--only sm90`), over two device calls, or trim it
 # with SM90_SANITIZERS and SM90_COMPARE_ARGS.
 #
+# Also not in the default list: `--only gate --gate-shards "9 10 11"`, shards of flash-attn's test file (issue
+# 37, docs/compat.md), each shard's failures run again alone; ~95 s of an H100 per shard (carry
+# tests/compat/.upstream).
+#
 # Binaries: .gpu/bin.txz (or .gpu/bin/) staged on a build machine by scripts/stage-gpu.sh, or built here
 # with --build (needs GoogleTest). Python: the wheel in .gpu/wheels/, installed with --no-index.
 #
 # Usage: scripts/gpu-check.sh [--build] [--tests FILTER] [--only STEPS] [--limits "tests=110 compare=100 ..."]
 #                             [--compare-args "ARGS"] [--decode-args "ARGS"] [--sweep-args "ARGS"]
-#                             [--sanitizer-tests FILTER] [--sanitizer-shards N]
+#                             [--sanitizer-tests FILTER] [--sanitizer-shards N] [--gate-shards "K ..."]
 #
 # --sanitizer-shards N runs the four compute-sanitizer tools at once, each over N gtest shards of the
 # filter (4N processes sharing the GPU, one OpenMP thread each, each with the whole sanitizer limit):
@@ -48,7 +52,9 @@ sanitizer_shards=1
 compare_args='--dtypes bf16 --dims 64,128 --modes fwd,fwdbwd'
 decode_args=''
 sweep_args='--dims 64,128 --seqlens 512,2048,8192 --iters 5 --warmup 1'
-declare -A limit=([tests]=110 [compare]=100 [decode]=50 [bench]=50 [sanitizer]=60 [python]=50 [dist]=120 [scale]=120)
+declare -A limit=([tests]=110 [compare]=100 [decode]=50 [bench]=50 [sanitizer]=60 [python]=50 [dist]=120 [scale]=120
+  [gate]=150)
+gate_shards=${GATE_SHARDS:-}
 args="$*"
 while (($#)); do
   case $1 in
@@ -61,6 +67,7 @@ while (($#)); do
     --sweep-args) sweep_args=$2; shift ;;
     --sanitizer-tests) sanitizer_filter=$2; shift ;;
     --sanitizer-shards) sanitizer_shards=$2; shift ;;
+    --gate-shards) gate_shards=$2; shift ;;
     *) echo "gpu-check: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -97,7 +104,7 @@ device_name=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2
 echo "device: $device_name; commit: $commit; date: $(date -u +%FT%TZ)" >>"$STEPS"
 
 wheel=$(ls "$ROOT"/.gpu/wheels/flashattn-*.whl 2>/dev/null | head -1)
-if [ -n "$wheel" ] && { wants compare || wants decode || wants python || wants sm90; }; then
+if [ -n "$wheel" ] && { wants compare || wants decode || wants python || wants sm90 || wants gate; }; then
   python3 -m pip install -q --no-deps --no-index --target /tmp/fa-site "$wheel" >>"$STEPS" 2>&1 &&
     export PYTHONPATH=/tmp/fa-site:${PYTHONPATH:-}
 fi
@@ -180,10 +187,17 @@ if wants sm90; then
   # paged), and forced off none.
   step sm90-tests-persistent 60 env FLASHATTN_SM90_PERSISTENT=1 "$TESTS" --gtest_filter="$sm90_filter" --gtest_brief=1
   step sm90-tests-no-persistent 60 env FLASHATTN_SM90_PERSISTENT=0 "$TESTS" --gtest_filter='CudaSm90.*' --gtest_brief=1
+  # The dynamic tile draw on every persistent call (varlen and unmasked ones included), and the epilogue's
+  # TMA store (opt-in until measured).
+  step sm90-tests-dynamic 60 env FLASHATTN_SM90_PERSISTENT=1 FLASHATTN_SM90_DYNAMIC=1 "$TESTS" \
+    --gtest_filter="$sm90_filter" --gtest_brief=1
+  step sm90-tests-tma-store 100 env FLASHATTN_SM90_TMA_STORE=1 "$TESTS" --gtest_filter="$sm90_filter" --gtest_brief=1
   # SM90_SANITIZERS / SM90_COMPARE_ARGS trim the run when little device time is left.
   for tool in ${SM90_SANITIZERS:-memcheck racecheck synccheck}; do
     for ov in 0 1; do
-      step "sm90-sanitizer-$tool-overlap$ov" 50 env FLASHATTN_SM90_OVERLAP=$ov compute-sanitizer --tool "$tool" \
+      # The second pass also draws tiles dynamically everywhere and stores O with TMA.
+      step "sm90-sanitizer-$tool-overlap$ov" 50 env FLASHATTN_SM90_OVERLAP=$ov FLASHATTN_SM90_TMA_STORE=$ov \
+        FLASHATTN_SM90_PERSISTENT=$ov FLASHATTN_SM90_DYNAMIC=$ov compute-sanitizer --tool "$tool" \
         --error-exitcode 99 "$TESTS" \
         --gtest_filter='CudaSm90.ForwardAtTileAndStageBoundaries:CudaSm90.VarlenAndScoreModsAtSequenceEdges:CudaSm90.SeveralWorkTilesPerCta' --gtest_brief=1
     done
@@ -194,12 +208,31 @@ if wants sm90; then
     --impls flashattn,flashattn_sm80,sdpa_flash,sdpa_cudnn ${SM90_COMPARE_ARGS:---dims 64,128,256 --dtypes bf16,fp16 --rounds 3 --rep 60}
   cp /tmp/plots-sm90/*.png "$OUT/" 2>/dev/null
   # The A/B of the ping-pong and the intra-warpgroup overlap (both on by default; the overlap only in the 64
-  # bucket): the same sweep with each combination.
-  for variant in "1 0" "0 0" "1 1" "0 1"; do
-    read -r pp ov <<<"$variant"
-    step "sm90-bench-pp$pp-ov$ov" 90 env FLASHATTN_SM90_PINGPONG=$pp FLASHATTN_SM90_OVERLAP=$ov "$BENCH" --device cuda \
+  # bucket): the same sweep with each combination, and the defaults with the epilogue's TMA store.
+  for variant in "1 0 0" "0 0 0" "1 1 0" "0 1 0" "1 1 1"; do
+    read -r pp ov ts <<<"$variant"
+    step "sm90-bench-pp$pp-ov$ov-ts$ts" 90 env FLASHATTN_SM90_PINGPONG=$pp FLASHATTN_SM90_OVERLAP=$ov \
+      FLASHATTN_SM90_TMA_STORE=$ts "$BENCH" --device cuda \
       --impl cuda_sm90,cuda_sm80 --sweep --mode fwd --dims 64,128,256 --seqlens 512,2048,8192 --iters 5 --warmup 1 \
-      --json "$OUT/bench_sm90_pp${pp}_ov$ov.json"
+      --json "$OUT/bench_sm90_pp${pp}_ov${ov}_ts$ts.json"
+  done
+fi
+if wants gate; then
+  # flash-attn's test file (issue 37), shards GATE_SHARDS of 64 (--gate-shards), 3 pytest-xdist workers each
+  # (more run some cases out of memory on 80 GB); a shard's failures run again alone (--ids), and the step
+  # fails only if one fails again. Needs tests/compat/.upstream carried along.
+  for shard in $gate_shards; do
+    step "gate-$shard" "${limit[gate]}" python3 tests/compat/run_flash_attn_tests.py --no-fetch --shard "$shard/64" \
+      -- -n 3
+    failed=/tmp/gate-$shard-failed.txt
+    sed -n '/^=== gate-'"$shard"' (limit/,$p' "$STEPS" | grep -E '^FAILED' | sed -E 's/^FAILED [^:]*:://; s/ - .*//' >"$failed"
+    if [ -s "$failed" ]; then
+      keep=()
+      for f in "${failures[@]}"; do [ "$f" != "gate-$shard" ] && keep+=("$f"); done
+      failures=("${keep[@]}")
+      step "gate-$shard-again" "${limit[gate]}" python3 tests/compat/run_flash_attn_tests.py --no-fetch --ids "$failed" -- -n 1
+    fi
+    rm -f "$failed"
   done
 fi
 if wants scale; then
