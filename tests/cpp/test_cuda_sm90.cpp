@@ -20,6 +20,7 @@
 
 #include "cuda/sm80/smem_layout.h"
 #include "cuda/sm90/bwd_tile.h"
+#include "cuda/sm90/fp8_fwd_layout.h"
 #include "cuda/sm90/fwd_tile.h"
 #include "cuda/sm90/pipeline.h"
 #include "gpu_test.h"
@@ -571,6 +572,51 @@ TEST(CudaSm90Host, SchedulerSlotsWalkTheRing) {
       const sm90::Sm90FwdTile t = sm90::fwd_tile(bucket, general);
       EXPECT_LE(t.smem_bytes(), sm90::kSmemOptinBytes) << bucket;
     }
+}
+
+// The FP8 forward's relabelled P V (fp8_fwd_layout.h), against the PTX ISA's fragment tables: the 8-bit A
+// fragment of a k32 step (register r of thread (g, t): row g + 8 (r % 2), k = 16 (r / 2) + 4t + byte) and the
+// fp32 accumulator of m64nN (acc[j][e] of thread (g, t): row g + 8 (e / 2), column 8j + 2t + e % 2). Each A
+// byte must be one of the thread's own S values, of the same row, at the key fp8_pv_key names, and the keys
+// must be a permutation of the step's 32 (so that P V against a V^T whose column k holds key fp8_pv_key(k)
+// sums the same terms as the plain product).
+TEST(CudaSm90Host, Fp8PackedPHoldsTheRelabelledKeys) {
+  std::set<int> keys;
+  for (int k = 0; k < 32; ++k) keys.insert(sm90::fp8_pv_key(k));
+  EXPECT_EQ(keys.size(), 32u);
+  EXPECT_EQ(*keys.begin(), 0);
+  EXPECT_EQ(*keys.rbegin(), 31);
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane / 4, t = lane % 4;
+    for (int r = 0; r < 4; ++r)
+      for (int i = 0; i < 4; ++i) {
+        const int a_row = g + 8 * (r % 2), a_k = 16 * (r / 2) + 4 * t + i;
+        const sm90::Fp8PackSource src = sm90::fp8_pack_source(r, i);
+        ASSERT_GE(src.group, 0);
+        ASSERT_LT(src.group, 4);
+        const int s_row = g + 8 * (src.element / 2), s_col = 8 * src.group + 2 * t + src.element % 2;
+        ASSERT_EQ(s_row, a_row) << "lane " << lane << ", register " << r << ", byte " << i;
+        ASSERT_EQ(s_col, sm90::fp8_pv_key(a_k)) << "lane " << lane << ", register " << r << ", byte " << i;
+      }
+  }
+}
+
+// The FP8 tiles fit sm_90's shared memory, and the P factor keeps the largest P at 256 (e4m3's max is 448).
+TEST(CudaSm90Host, Fp8TilesFitAndPFitsE4m3) {
+  for (int bucket : {128, 256}) {
+    const sm90::Sm90Fp8FwdTile t = sm90::fp8_fwd_tile(bucket);
+    EXPECT_EQ(t.head_dim, bucket);
+    EXPECT_LE(t.smem_bytes(), sm90::kSmemOptinBytes) << bucket;
+    EXPECT_GE(t.stage_bytes(), t.block_m * t.head_dim * 2) << "O (bf16) staged in a stage";
+    EXPECT_EQ(t.kv_bytes() % 1024, 0);
+    EXPECT_EQ(t.q_bytes() % 1024, 0);
+  }
+  EXPECT_EQ(sm90::fp8_fwd_tile(64).head_dim, 0);
+  for (int slack = 0; slack <= 8; ++slack) {
+    const float largest = float(1 << slack) * sm90::fp8_p_scale(slack);
+    EXPECT_EQ(largest, 256.0f) << slack;
+  }
+  EXPECT_EQ(sm90::fp8_p_scale(12), 1.0f);
 }
 
 #if defined(FLASHATTN_WITH_CUDA)
