@@ -192,6 +192,11 @@ if wants sm90; then
   step sm90-tests-dynamic 60 env FLASHATTN_SM90_PERSISTENT=1 FLASHATTN_SM90_DYNAMIC=1 "$TESTS" \
     --gtest_filter="$sm90_filter" --gtest_brief=1
   step sm90-tests-tma-store 100 env FLASHATTN_SM90_TMA_STORE=1 "$TESTS" --gtest_filter="$sm90_filter" --gtest_brief=1
+  # The native FP8 forward (opt-in until it has run): the FP8 tests force every backend, cuda_sm90 included;
+  # memcheck on them too.
+  step sm90-tests-fp8 60 env FLASHATTN_SM90_FP8=1 "$TESTS" --gtest_filter='Fp8Forward*' --gtest_brief=1
+  step sm90-memcheck-fp8 90 compute-sanitizer --tool memcheck --error-exitcode 99 "$TESTS" \
+    --gtest_filter='Fp8Forward*' --gtest_brief=1
   # SM90_SANITIZERS / SM90_COMPARE_ARGS trim the run when little device time is left.
   for tool in ${SM90_SANITIZERS:-memcheck racecheck synccheck}; do
     for ov in 0 1; do

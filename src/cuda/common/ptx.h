@@ -28,6 +28,17 @@ __device__ __forceinline__ void st_shared_zero16(uint32_t addr) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(addr), "r"(0u) : "memory");
 }
 
+// A 32-bit load and store of shared memory at a shared-space address (the FP8 forward's V transpose, whose
+// layout arithmetic is in addresses).
+__device__ __forceinline__ uint32_t ld_shared_u32(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_shared_u32(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+
 // The global nanosecond timer and the SM the calling thread runs on (kernel traces).
 __device__ __forceinline__ uint64_t global_ns() {
   uint64_t t;

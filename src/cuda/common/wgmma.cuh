@@ -125,10 +125,10 @@ __device__ __forceinline__ void fence_proxy_async() {
 #define FA_WGMMA_ACC56(acc)                                                                                          \
   FA_WGMMA_ACC32(acc), FA_WGMMA_ACC4(acc, 8), FA_WGMMA_ACC4(acc, 9), FA_WGMMA_ACC4(acc, 10), FA_WGMMA_ACC4(acc, 11), \
       FA_WGMMA_ACC4(acc, 12), FA_WGMMA_ACC4(acc, 13)
-#define FA_WGMMA_D56                                                                                                \
-  FA_WGMMA_D32                                                                                                      \
-      ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, " \
-      "%53, %54, %55"
+#define FA_WGMMA_D56                                                                                            \
+  FA_WGMMA_D32                                                                                                  \
+  ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, " \
+  "%53, %54, %55"
 #define FA_WGMMA_ACC96(acc)                                                                                            \
   FA_WGMMA_ACC64(acc), FA_WGMMA_ACC4(acc, 16), FA_WGMMA_ACC4(acc, 17), FA_WGMMA_ACC4(acc, 18), FA_WGMMA_ACC4(acc, 19), \
       FA_WGMMA_ACC4(acc, 20), FA_WGMMA_ACC4(acc, 21), FA_WGMMA_ACC4(acc, 22), FA_WGMMA_ACC4(acc, 23)
@@ -265,6 +265,37 @@ __device__ __forceinline__ void mma_rs_m64k16_tn(float (&acc)[kN][4], const uint
     FA_WGMMA_RS_M64N128("f16");
   else
     FA_WGMMA_RS_M64N128("bf16");
+#else
+  __trap();
+#endif
+}
+
+// 8-bit (e4m3) products, k32: both operands K-major (8-bit wgmma has no transposed layouts). acc += A B with
+// A (64 x 32) and B (N x 32, K-major rows of N) from shared memory: S = Q K^T of the FP8 forward, N = 128.
+template <int kN>
+__device__ __forceinline__ void mma_ss_m64k32_e4m3(float (&acc)[kN][4], uint64_t desc_a, uint64_t desc_b) {
+  static_assert(kN == 16, "m64n128k32");
+#if FLASHATTN_WGMMA_ENABLED
+  asm volatile(FA_WGMMA_PRED(66) "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {" FA_WGMMA_D64
+                                 "}, %64, %65, p, 1, 1;\n}\n"
+               : FA_WGMMA_ACC64(acc)
+               : "l"(desc_a), "l"(desc_b), "r"(1));
+#else
+  __trap();
+#endif
+}
+
+// acc += A B, m64nNk32 e4m3 with A (this warp's 16 x 32 of P, four registers of four bytes: the 8-bit A
+// fragment) from registers and B (N x 32, K-major: V^T) from shared memory: O += P V of the FP8 forward,
+// N = 128 (head dim 128).
+template <int kN>
+__device__ __forceinline__ void mma_rs_m64k32_e4m3(float (&acc)[kN][4], const uint32_t (&a)[4], uint64_t desc_b) {
+  static_assert(kN == 16, "m64n128k32");
+#if FLASHATTN_WGMMA_ENABLED
+  asm volatile(FA_WGMMA_PRED(69) "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {" FA_WGMMA_D64
+                                 "}, {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+               : FA_WGMMA_ACC64(acc)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
 #else
   __trap();
 #endif

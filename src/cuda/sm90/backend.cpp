@@ -24,6 +24,7 @@
 #include "cuda/common/workspace.h"
 #include "cuda/sm80/launch.h"
 #include "cuda/sm90/bwd_tile.h"
+#include "cuda/sm90/fp8_fwd_layout.h"
 #include "cuda/sm90/fwd_tile.h"
 #include "cuda/sm90/launch.h"
 #include "cuda/sm90/tensor_map.h"
@@ -131,6 +132,15 @@ cuda::attn::TileOrder fwd_tile_order(const FwdProblem& p, int block_m) {
                                        device.sms);
 }
 
+// The native FP8 forward has not yet run on a GPU: the default path leaves FP8 calls to cuda_fp8 (bf16
+// copies) unless FLASHATTN_SM90_FP8=1; a call naming cuda_sm90 runs it (the FP8 tests force every backend).
+std::string defer_fwd(const FwdProblem& p) {
+  static const char* v = std::getenv("FLASHATTN_SM90_FP8");
+  if (p.dtype == DType::fp8_e4m3 && !(v != nullptr && std::string_view(v) == "1"))
+    return "the native FP8 forward is opt-in until it has run on a GPU (FLASHATTN_SM90_FP8=1)";
+  return {};
+}
+
 // Backward calls where cuda_sm80's backward measured faster go to it (options.backend = "cuda_sm90" runs
 // them regardless): head dims up to 64, where the key split of dQ doubles its reductions (H100, S 1k-16k:
 // sm80 1.18-1.22x faster; bench/results/2026-12-07-h100-sm90-backward.md), and the deterministic mode, not
@@ -223,11 +233,35 @@ std::string device_reason(int device) {
   return {};
 }
 
+// The native FP8 forward (fp8_fwd_kernel.cuh): e4m3 q, k, v at head dim 128, dense calls, no score
+// modifiers; cuda_fp8 (bf16 copies) runs the other FP8 calls.
+[[maybe_unused]] std::string fp8_reason(const FwdProblem& p) {
+  if (p.head_dim != 128)
+    return "fp8_e4m3 with head_dim " + std::to_string(p.head_dim) + " (the native FP8 kernel: 128)";
+  if (!bucket_compiled(128)) return "head_dim bucket 128 not compiled (FLASHATTN_HEAD_DIMS)";
+  if (p.varlen() || p.paged_kv()) return "fp8_e4m3 varlen or paged K/V (the native FP8 kernel: dense calls)";
+  if (p.score.softcap != 0.0f || p.score.alibi_slopes != nullptr) return "fp8_e4m3 with softcap or ALiBi";
+  constexpr int64_t kMaxCoord = int64_t(1) << 30;
+  if (p.seqlen_q > kMaxCoord || p.seqlen_k > kMaxCoord || p.heads > kMaxCoord || p.batch > kMaxCoord)
+    return "a dimension above 2^30 (32-bit TMA coordinates)";
+  const int64_t tiles = cuda::ceil_div(p.seqlen_q, cuda::sm90::kFp8TileRows) * p.heads * p.batch;
+  if (tiles > cuda::kMaxGridX) return "the forward has " + std::to_string(tiles) + " work tiles, above 2^31 - 1";
+  for (const auto& [view, rows, heads, name] :
+       {std::tuple{p.q, p.seqlen_q, p.heads, "q"}, std::tuple{p.k, p.seqlen_k, p.heads_k, "k"},
+        std::tuple{p.v, p.seqlen_k, p.heads_k, "v"}})
+    if (std::string r = cuda::sm90::tma_view_reason(view, 1, rows, heads, p.batch, name); !r.empty()) return r;
+  if (reinterpret_cast<uintptr_t>(p.out.ptr) % 16 != 0 || p.out.row_stride % 8 != 0 || p.out.head_stride % 8 != 0 ||
+      p.out.batch_stride % 8 != 0)
+    return "out: data pointer or strides not 16-byte aligned";
+  return device_and_smem_reason(p.device.index, cuda::sm90::fp8_fwd_tile(128).smem_bytes());
+}
+
 std::string supports_fwd(const FwdProblem& p) {
 #if !defined(FLASHATTN_SM90A)
   (void)p;
   return "this build has no sm_90a code (FLASHATTN_CUDA_ARCHS without 90a)";
 #else
+  if (p.dtype == DType::fp8_e4m3) return fp8_reason(p);
   const int bucket = fwd_bucket(p.head_dim);
   if (std::string why = kernel_reason(p, bucket, "a multiple of 8 in (32, 256]"); !why.empty()) return why;
   // TMA coordinates are int32; rows (packed rows for varlen), heads and batch index the maps directly.
@@ -252,9 +286,29 @@ std::string supports_fwd(const FwdProblem& p) {
 #endif
 }
 
+#if defined(FLASHATTN_SM90A)
+void run_fwd_fp8(const FwdProblem& p, cudaStream_t stream) {
+  const cuda::sm90::Sm90Fp8FwdTile tile = cuda::sm90::fp8_fwd_tile(128);
+  cuda::sm90::FwdArgs args;
+  args.p = p;
+  args.scale_log2 = float(double(p.score.softmax_scale) * 1.4426950408889634);
+  args.group = int(p.group_size());
+  args.num_m_blocks = int(cuda::ceil_div(p.seqlen_q, tile.block_m));
+  if (int64_t(args.num_m_blocks) * p.heads * p.batch == 0) return;
+  args.q_map = cuda::sm90::make_rows_map(p.q, p.dtype, p.head_dim, p.seqlen_q, p.heads, p.batch, tile.block_m);
+  args.k_map = cuda::sm90::make_rows_map(p.k, p.dtype, p.head_dim, p.seqlen_k, p.heads_k, p.batch, tile.block_n);
+  args.v_map = cuda::sm90::make_rows_map(p.v, p.dtype, p.head_dim, p.seqlen_k, p.heads_k, p.batch, tile.block_n);
+  cuda::sm90::run_fwd_fp8<128>(args, stream);
+}
+#endif
+
 void run_fwd(const FwdProblem& p, Stream stream) {
 #if defined(FLASHATTN_SM90A)
   cuda::DeviceGuard guard(p.device);
+  if (p.dtype == DType::fp8_e4m3) {
+    run_fwd_fp8(p, static_cast<cudaStream_t>(stream));
+    return;
+  }
   const int bucket = fwd_bucket(p.head_dim);
   const cuda::sm90::Sm90FwdTile tile = fwd_tile(bucket);
   cuda::sm90::FwdArgs args;
@@ -376,6 +430,7 @@ const Backend& cuda_sm90_backend() {
     x.device = DeviceType::cuda;
     x.supports_fwd = &supports_fwd;
     x.run_fwd = &run_fwd;
+    x.defer_fwd = &defer_fwd;
     x.paged_varlen_fwd = true;
     x.supports_bwd = &supports_bwd;
     x.run_bwd = &run_bwd;

@@ -1,9 +1,8 @@
 #pragma once
 
-// Register and shared-memory layout facts of the native FP8 (e4m3) forward on sm_90 (issue 32; the kernel
-// itself is not written yet: bench/NOTES.md, session 20, has its plan). Plain C++ with FA_HD functions, so
-// that tests/cpp/test_cuda_sm90.cpp checks them on the host against the PTX ISA's fragment tables before any
-// kernel relies on them.
+// Register and shared-memory layout facts of the native FP8 (e4m3) forward on sm_90 (issue 32; the kernel is
+// fp8_fwd_kernel.cuh). Plain C++ with FA_HD functions, so that tests/cpp/test_cuda_sm90.cpp checks them on the
+// host against the PTX ISA's fragment tables.
 //
 // P V with 8-bit operands is wgmma m64nNk32 with A = P from registers. The A fragment of an 8-bit k32 step
 // gives thread (g = lane / 4, t = lane % 4) of a warp, for rows g (registers a0, a2) and g + 8 (a1, a3), the k
@@ -51,14 +50,18 @@ struct Sm90Fp8FwdTile {
   FA_HD constexpr int q_bytes() const { return block_m * head_dim; }
   FA_HD constexpr int kv_bytes() const { return block_n * head_dim; }  // each of K, V and V^T
   FA_HD constexpr int stage_bytes() const { return 3 * kv_bytes(); }
-  // q_full, k_full / v_full / vt_full / empty per stage, q_empty: 8 bytes each.
+  // Q, then per stage K, V and V^T (each a multiple of 1024 bytes), then the barriers.
+  FA_HD constexpr int k_offset(int stage) const { return q_bytes() + stage * stage_bytes(); }
+  FA_HD constexpr int v_offset(int stage) const { return k_offset(stage) + kv_bytes(); }
+  FA_HD constexpr int vt_offset(int stage) const { return k_offset(stage) + 2 * kv_bytes(); }
+  FA_HD constexpr int barrier_offset() const { return q_bytes() + stages * stage_bytes(); }
+  // q_full, then k_full, v_full, vt_full and empty per stage, and one spare: 8 bytes each.
   FA_HD constexpr int barriers() const { return 2 + 4 * stages; }
-  // O (bf16) is staged in the ring's first stage after the last key tile (block_m x head_dim x 2 bytes fit in
-  // one stage's 3 x block_n x head_dim bytes for block_n >= 86).
-  FA_HD constexpr int smem_bytes() const {
-    return q_bytes() + stages * stage_bytes() + barriers() * 8 + int(kSwizzleAtomBytes);
-  }
+  // The epilogue stores O (bf16) from registers, so no staging tile.
+  FA_HD constexpr int smem_bytes() const { return barrier_offset() + barriers() * 8 + int(kSwizzleAtomBytes); }
 };
+
+inline constexpr int kFp8TileRows = 128;  // query rows of every FP8 tile (two consumer warpgroups)
 
 // The FP8 tiles: 128 x 128 with four stages at D = 128 (208 KB) and two at D = 256 (224 KB); the other head
 // dims are not planned yet (D = 64 needs the 64-byte swizzle for its 64-byte rows).

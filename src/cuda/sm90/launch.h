@@ -15,6 +15,11 @@ namespace flashattn::detail::cuda::sm90 {
 template <typename T, int kHeadDim, bool kGeneral>
 void run_fwd(const FwdArgs& args, cudaStream_t stream);
 
+// The FP8 (e4m3) forward at head dim kHeadDim (128): fp8_fwd_kernel.cuh, instantiated in fp8_fwd.cu (sm_90a
+// only, with the 128 bucket).
+template <int kHeadDim>
+void run_fwd_fp8(const FwdArgs& args, cudaStream_t stream);
+
 // The backward's main kernel of one (dtype, head-dim bucket): bwd_kernel.cuh, instantiated in
 // bwd_hdim<D>.cu (sm_90a only).
 template <typename T, int kHeadDim>

@@ -52,7 +52,9 @@ std::string tma_view_reason(const RowsView& v, int64_t elem_bytes, int64_t rows,
 
 CUtensorMap make_rows_map(const RowsView& v, DType dtype, int64_t head_dim, int64_t rows, int64_t heads, int64_t batch,
                           int box_rows) {
-  const int64_t elem = 2;
+  // 16-bit elements, or e4m3 bytes (the FP8 forward): a box row is one 128-byte swizzle span either way.
+  const bool fp8 = dtype == DType::fp8_e4m3;
+  const int64_t elem = fp8 ? 1 : 2;
   const cuuint64_t dims[4] = {cuuint64_t(head_dim), cuuint64_t(std::max<int64_t>(rows, 1)),
                               cuuint64_t(std::max<int64_t>(heads, 1)), cuuint64_t(std::max<int64_t>(batch, 1))};
   // A dim of size 1 is never stepped over, but the driver still checks its stride (a multiple of 16 below
@@ -61,12 +63,15 @@ CUtensorMap make_rows_map(const RowsView& v, DType dtype, int64_t head_dim, int6
   for (int i = 0; i < 3; ++i)
     if (dims[i + 1] == 1) strides[i] = 16;
   const cuuint64_t byte_strides[3] = {cuuint64_t(strides[0]), cuuint64_t(strides[1]), cuuint64_t(strides[2])};
-  const cuuint32_t box[4] = {64, cuuint32_t(box_rows), 1, 1};
+  const cuuint32_t box[4] = {cuuint32_t(128 / elem), cuuint32_t(box_rows), 1, 1};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
   CUtensorMap map{};
   const CUresult r =
-      encode_tiled()(&map, dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
-                     v.ptr, dims, byte_strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      encode_tiled()(&map,
+                     fp8                    ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                     : dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                            : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                     4, v.ptr, dims, byte_strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
                      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     throw Error(Status::internal, "flashattn: cuda_sm90: cuTensorMapEncodeTiled failed (CUresult " +

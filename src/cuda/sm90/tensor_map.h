@@ -21,7 +21,8 @@ std::string tma_view_reason(const RowsView& v, int64_t elem_bytes, int64_t rows,
                             const char* name);
 
 // The 4-d map of `v` as (head_dim, rows, heads, batch) elements of 2 bytes (f16 or bf16), box (64,
-// box_rows, 1, 1), 128-byte swizzle, out-of-bounds elements read as zero. Dims of size 0 are given size 1
+// box_rows, 1, 1), or of 1 byte (fp8_e4m3, as uint8), box (128, box_rows, 1, 1): one 128-byte swizzle span a
+// box row; out-of-bounds elements read as zero. Dims of size 0 are given size 1
 // (no box is ever loaded from them); `v` must pass tma_view_reason. Throws flashattn::Error (internal) when the driver
 // refuses it.
 CUtensorMap make_rows_map(const RowsView& v, DType dtype, int64_t head_dim, int64_t rows, int64_t heads, int64_t batch,

@@ -25,7 +25,7 @@ Layout layout_of(const HostTensor& t) {
 
 }  // namespace
 
-NaiveOutputs naive_lowp(const AttnInputs& in, bool with_backward) {
+NaiveOutputs naive_lowp(const AttnInputs& in, bool with_backward, bool p_in_e4m3) {
   const AttnConfig& c = in.cfg;
   const DType dt = c.dtype;
   auto rnd = [dt](float x) { return round_to(dt, x); };
@@ -93,13 +93,18 @@ NaiveOutputs naive_lowp(const AttnInputs& in, bool with_backward) {
         float sum = 0.0f;
         for (int64_t j = jb; j < je; ++j) sum += std::exp(p[i * sk + j] - m);
         r.lse[lse_at(i)] = m + std::log(sum);
+        constexpr float kP8 = 256.0f;
         for (int64_t j = jb; j < je; ++j) {
-          p[i * sk + j] = rnd(std::exp(p[i * sk + j] - m) / sum);
+          p[i * sk + j] = p_in_e4m3 ? round_to(DType::fp8_e4m3, kP8 * std::exp(p[i * sk + j] - m)) / (kP8 * sum)
+                                    : rnd(std::exp(p[i * sk + j] - m) / sum);
           z[i * sk + j] = c.dropout_p > 0 ? (dropout_keep(drop, b, h, H, i, j) ? drop_scale : 0.0f) : 1.0f;
         }
         for (int64_t d = 0; d < D; ++d) {
           float acc = 0.0f;
-          for (int64_t j = jb; j < je; ++j) acc += rnd(p[i * sk + j] * z[i * sk + j]) * float(v[kj(j, d)]);
+          for (int64_t j = jb; j < je; ++j) {
+            const float pz = p[i * sk + j] * z[i * sk + j];
+            acc += (p_in_e4m3 ? pz : rnd(pz)) * float(v[kj(j, d)]);
+          }
           r.out[qi(i, d)] = rnd(acc);
         }
       }

@@ -14,6 +14,9 @@ struct NaiveOutputs {
   std::vector<double> out, lse, dq, dk, dv;  // same layouts as the backend outputs
 };
 
-NaiveOutputs naive_lowp(const AttnInputs& in, bool with_backward);
+// p_in_e4m3: the forward with the probabilities of P V stored as the native FP8 kernels store them (2^8 x
+// exp(s - max) rounded to e4m3, the product then divided by 2^8 and the row sum): the low-precision
+// baseline of an FP8 forward whose P is 8-bit.
+NaiveOutputs naive_lowp(const AttnInputs& in, bool with_backward, bool p_in_e4m3 = false);
 
 }  // namespace fa_test
