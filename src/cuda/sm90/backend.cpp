@@ -38,12 +38,15 @@ using cuda::sm90::bwd_tile;
 using cuda::sm90::fwd_bucket;
 using cuda::sm90::fwd_tile;
 
-// A kernel variant that is on unless the environment variable `name` is "0" (read once per process by
-// each caller's static), for A/B runs.
-bool env_switch_on(const char* name) {
+// Whether the environment variable `name` is set to `value` (callers read it once per process, into a
+// static), for A/B runs and opt-ins.
+bool env_is(const char* name, std::string_view value) {
   const char* v = std::getenv(name);
-  return v == nullptr || std::string_view(v) != "0";
+  return v != nullptr && std::string_view(v) == value;
 }
+
+// A kernel variant that is on unless the environment variable `name` is "0".
+bool env_switch_on(const char* name) { return !env_is(name, "0"); }
 
 // The consumer warpgroups' ping-pong (fwd_kernel.cuh) is on: it measured faster at every point of the
 // sweep on the H200 (bench/NOTES.md, session 15). FLASHATTN_SM90_PINGPONG=0 turns it off.
@@ -66,8 +69,8 @@ bool overlap_enabled() {
 // 2k-token points, where a work tile's epilogue and start are a larger share; not yet measured, so off unless
 // FLASHATTN_SM90_TMA_STORE=1. Dense calls only: a varlen call's box would run into the next sequence's rows.
 bool tma_store_enabled(const FwdProblem& p) {
-  static const char* v = std::getenv("FLASHATTN_SM90_TMA_STORE");
-  return v != nullptr && std::string_view(v) == "1" && !p.varlen();
+  static const bool on = env_is("FLASHATTN_SM90_TMA_STORE", "1");
+  return on && !p.varlen();
 }
 
 // How far a row's running max may grow before the forward's online softmax moves it and rescales O
@@ -99,17 +102,18 @@ float max_slack() {
 // gives masked calls one CTA per tile, the policy before the dynamic order). For A/B runs.
 enum class FwdGrid { per_tile, static_tiles, dynamic_tiles };
 FwdGrid fwd_grid(const FwdProblem& p) {
-  static const char* persistent = std::getenv("FLASHATTN_SM90_PERSISTENT");
-  static const char* dynamic = std::getenv("FLASHATTN_SM90_DYNAMIC");
-  const auto is = [](const char* v, const char* value) { return v != nullptr && std::string_view(v) == value; };
-  if (is(persistent, "0")) return FwdGrid::per_tile;
+  static const bool persistent_off = env_is("FLASHATTN_SM90_PERSISTENT", "0");
+  static const bool persistent_on = env_is("FLASHATTN_SM90_PERSISTENT", "1");
+  static const bool dynamic_off = env_is("FLASHATTN_SM90_DYNAMIC", "0");
+  static const bool dynamic_on = env_is("FLASHATTN_SM90_DYNAMIC", "1");
+  if (persistent_off) return FwdGrid::per_tile;
   const bool masked = p.score.window_left >= 0 || p.score.window_right >= 0;
   constexpr int64_t kMaxKeys = 4096;
   const bool static_fits = !p.varlen() && !masked && p.seqlen_k < kMaxKeys;
-  const bool dynamic_fits = !p.varlen() && masked && !is(dynamic, "0");
-  if (!is(persistent, "1") && !static_fits && !dynamic_fits) return FwdGrid::per_tile;
-  if (is(dynamic, "1")) return FwdGrid::dynamic_tiles;
-  if (is(dynamic, "0")) return FwdGrid::static_tiles;
+  const bool dynamic_fits = !p.varlen() && masked && !dynamic_off;
+  if (!persistent_on && !static_fits && !dynamic_fits) return FwdGrid::per_tile;
+  if (dynamic_on) return FwdGrid::dynamic_tiles;
+  if (dynamic_off) return FwdGrid::static_tiles;
   return static_fits ? FwdGrid::static_tiles : FwdGrid::dynamic_tiles;
 }
 
@@ -135,8 +139,8 @@ cuda::attn::TileOrder fwd_tile_order(const FwdProblem& p, int block_m) {
 // The native FP8 forward has not yet run on a GPU: the default path leaves FP8 calls to cuda_fp8 (bf16
 // copies) unless FLASHATTN_SM90_FP8=1; a call naming cuda_sm90 runs it (the FP8 tests force every backend).
 std::string defer_fwd(const FwdProblem& p) {
-  static const char* v = std::getenv("FLASHATTN_SM90_FP8");
-  if (p.dtype == DType::fp8_e4m3 && !(v != nullptr && std::string_view(v) == "1"))
+  static const bool fp8_on = env_is("FLASHATTN_SM90_FP8", "1");
+  if (p.dtype == DType::fp8_e4m3 && !fp8_on)
     return "the native FP8 forward is opt-in until it has run on a GPU (FLASHATTN_SM90_FP8=1)";
   return {};
 }
@@ -233,6 +237,27 @@ std::string device_reason(int device) {
   return {};
 }
 
+// What the 16-bit and the FP8 forward both need of a call's sizes and views: TMA coordinates in int32 (rows,
+// packed rows for varlen, heads and batch index the maps directly), a grid of `block_m`-row work tiles within
+// CUDA's limit, q, k, v describable by maps of `elem_bytes` elements, and out 16-byte aligned (the 16-bit
+// epilogue's chunks; the FP8 one's bf16 pairs need less).
+[[maybe_unused]] std::string views_reason(const FwdProblem& p, int64_t elem_bytes, int block_m) {
+  constexpr int64_t kMaxCoord = int64_t(1) << 30;
+  if (map_rows_q(p) > kMaxCoord || map_rows_k(p) > kMaxCoord || p.seqlen_q > kMaxCoord || p.seqlen_k > kMaxCoord ||
+      p.heads > kMaxCoord || p.batch > kMaxCoord || map_batch_k(p) > kMaxCoord || p.paged.capacity > kMaxCoord)
+    return "a dimension above 2^30 (32-bit TMA coordinates)";
+  const int64_t tiles = cuda::ceil_div(p.seqlen_q, block_m) * p.heads * p.batch;
+  if (tiles > cuda::kMaxGridX) return "the forward has " + std::to_string(tiles) + " work tiles, above 2^31 - 1";
+  for (const auto& [view, rows, heads, batch, name] : {std::tuple{p.q, map_rows_q(p), p.heads, map_batch(p), "q"},
+                                                       std::tuple{p.k, map_rows_k(p), p.heads_k, map_batch_k(p), "k"},
+                                                       std::tuple{p.v, map_rows_k(p), p.heads_k, map_batch_k(p), "v"}})
+    if (std::string r = cuda::sm90::tma_view_reason(view, elem_bytes, rows, heads, batch, name); !r.empty()) return r;
+  if (reinterpret_cast<uintptr_t>(p.out.ptr) % 16 != 0 || p.out.row_stride % 8 != 0 || p.out.head_stride % 8 != 0 ||
+      p.out.batch_stride % 8 != 0)
+    return "out: data pointer or strides not 16-byte aligned";
+  return {};
+}
+
 // The native FP8 forward (fp8_fwd_kernel.cuh): e4m3 q, k, v at head dim 128, dense calls, no score
 // modifiers; cuda_fp8 (bf16 copies) runs the other FP8 calls.
 [[maybe_unused]] std::string fp8_reason(const FwdProblem& p) {
@@ -241,18 +266,7 @@ std::string device_reason(int device) {
   if (!bucket_compiled(128)) return "head_dim bucket 128 not compiled (FLASHATTN_HEAD_DIMS)";
   if (p.varlen() || p.paged_kv()) return "fp8_e4m3 varlen or paged K/V (the native FP8 kernel: dense calls)";
   if (p.score.softcap != 0.0f || p.score.alibi_slopes != nullptr) return "fp8_e4m3 with softcap or ALiBi";
-  constexpr int64_t kMaxCoord = int64_t(1) << 30;
-  if (p.seqlen_q > kMaxCoord || p.seqlen_k > kMaxCoord || p.heads > kMaxCoord || p.batch > kMaxCoord)
-    return "a dimension above 2^30 (32-bit TMA coordinates)";
-  const int64_t tiles = cuda::ceil_div(p.seqlen_q, cuda::sm90::kFp8TileRows) * p.heads * p.batch;
-  if (tiles > cuda::kMaxGridX) return "the forward has " + std::to_string(tiles) + " work tiles, above 2^31 - 1";
-  for (const auto& [view, rows, heads, name] :
-       {std::tuple{p.q, p.seqlen_q, p.heads, "q"}, std::tuple{p.k, p.seqlen_k, p.heads_k, "k"},
-        std::tuple{p.v, p.seqlen_k, p.heads_k, "v"}})
-    if (std::string r = cuda::sm90::tma_view_reason(view, 1, rows, heads, p.batch, name); !r.empty()) return r;
-  if (reinterpret_cast<uintptr_t>(p.out.ptr) % 16 != 0 || p.out.row_stride % 8 != 0 || p.out.head_stride % 8 != 0 ||
-      p.out.batch_stride % 8 != 0)
-    return "out: data pointer or strides not 16-byte aligned";
+  if (std::string r = views_reason(p, 1, cuda::sm90::kFp8TileRows); !r.empty()) return r;
   return device_and_smem_reason(p.device.index, cuda::sm90::fp8_fwd_tile(128).smem_bytes());
 }
 
@@ -264,40 +278,39 @@ std::string supports_fwd(const FwdProblem& p) {
   if (p.dtype == DType::fp8_e4m3) return fp8_reason(p);
   const int bucket = fwd_bucket(p.head_dim);
   if (std::string why = kernel_reason(p, bucket, "a multiple of 8 in (32, 256]"); !why.empty()) return why;
-  // TMA coordinates are int32; rows (packed rows for varlen), heads and batch index the maps directly.
-  constexpr int64_t kMaxCoord = int64_t(1) << 30;
-  if (map_rows_q(p) > kMaxCoord || map_rows_k(p) > kMaxCoord || p.seqlen_q > kMaxCoord || p.seqlen_k > kMaxCoord ||
-      p.heads > kMaxCoord || p.batch > kMaxCoord || map_batch_k(p) > kMaxCoord || p.paged.capacity > kMaxCoord)
-    return "a dimension above 2^30 (32-bit TMA coordinates)";
   if (p.paged_kv() && cuda::sm90::paged_box_rows(p.paged.page_size, fwd_tile(bucket).block_n) == 0)
     return "paged K/V: page_size " + std::to_string(p.paged.page_size) + " and the " +
            std::to_string(fwd_tile(bucket).block_n) + "-key tile have no common divisor that is a multiple of 8";
-  const int64_t tiles = cuda::ceil_div(p.seqlen_q, fwd_tile(bucket).block_m) * p.heads * p.batch;
-  if (tiles > cuda::kMaxGridX) return "the forward has " + std::to_string(tiles) + " work tiles, above 2^31 - 1";
-  for (const auto& [view, rows, heads, batch, name] : {std::tuple{p.q, map_rows_q(p), p.heads, map_batch(p), "q"},
-                                                       std::tuple{p.k, map_rows_k(p), p.heads_k, map_batch_k(p), "k"},
-                                                       std::tuple{p.v, map_rows_k(p), p.heads_k, map_batch_k(p), "v"}})
-    if (std::string r = cuda::sm90::tma_view_reason(view, 2, rows, heads, batch, name); !r.empty()) return r;
-  // out is written with 16-byte stores (the epilogue's chunks).
-  if (reinterpret_cast<uintptr_t>(p.out.ptr) % 16 != 0 || p.out.row_stride % 8 != 0 || p.out.head_stride % 8 != 0 ||
-      p.out.batch_stride % 8 != 0)
-    return "out: data pointer or strides not 16-byte aligned";
+  if (std::string r = views_reason(p, 2, fwd_tile(bucket).block_m); !r.empty()) return r;
   return device_and_smem_reason(p.device.index, fwd_tile(bucket).smem_bytes());
 #endif
 }
 
 #if defined(FLASHATTN_SM90A)
-void run_fwd_fp8(const FwdProblem& p, cudaStream_t stream) {
-  const cuda::sm90::Sm90Fp8FwdTile tile = cuda::sm90::fp8_fwd_tile(128);
+// The arguments both forwards start from: the problem, the base-2 logit scale, the group, the query tiles.
+cuda::sm90::FwdArgs fwd_args(const FwdProblem& p, int block_m) {
   cuda::sm90::FwdArgs args;
   args.p = p;
   args.scale_log2 = float(double(p.score.softmax_scale) * 1.4426950408889634);
   args.group = int(p.group_size());
-  args.num_m_blocks = int(cuda::ceil_div(p.seqlen_q, tile.block_m));
+  args.num_m_blocks = int(cuda::ceil_div(p.seqlen_q, block_m));
+  return args;
+}
+
+// The maps of q (boxes of block_m rows), k and v (boxes of key_box_rows rows).
+void set_qkv_maps(cuda::sm90::FwdArgs& args, const FwdProblem& p, int block_m, int key_box_rows) {
+  args.q_map = cuda::sm90::make_rows_map(p.q, p.dtype, p.head_dim, map_rows_q(p), p.heads, map_batch(p), block_m);
+  args.k_map =
+      cuda::sm90::make_rows_map(p.k, p.dtype, p.head_dim, map_rows_k(p), p.heads_k, map_batch_k(p), key_box_rows);
+  args.v_map =
+      cuda::sm90::make_rows_map(p.v, p.dtype, p.head_dim, map_rows_k(p), p.heads_k, map_batch_k(p), key_box_rows);
+}
+
+void run_fwd_fp8(const FwdProblem& p, cudaStream_t stream) {
+  const cuda::sm90::Sm90Fp8FwdTile tile = cuda::sm90::fp8_fwd_tile(128);
+  cuda::sm90::FwdArgs args = fwd_args(p, tile.block_m);
   if (int64_t(args.num_m_blocks) * p.heads * p.batch == 0) return;
-  args.q_map = cuda::sm90::make_rows_map(p.q, p.dtype, p.head_dim, p.seqlen_q, p.heads, p.batch, tile.block_m);
-  args.k_map = cuda::sm90::make_rows_map(p.k, p.dtype, p.head_dim, p.seqlen_k, p.heads_k, p.batch, tile.block_n);
-  args.v_map = cuda::sm90::make_rows_map(p.v, p.dtype, p.head_dim, p.seqlen_k, p.heads_k, p.batch, tile.block_n);
+  set_qkv_maps(args, p, tile.block_m, tile.block_n);
   cuda::sm90::run_fwd_fp8<128>(args, stream);
 }
 #endif
@@ -311,11 +324,7 @@ void run_fwd(const FwdProblem& p, Stream stream) {
   }
   const int bucket = fwd_bucket(p.head_dim);
   const cuda::sm90::Sm90FwdTile tile = fwd_tile(bucket);
-  cuda::sm90::FwdArgs args;
-  args.p = p;
-  args.scale_log2 = float(double(p.score.softmax_scale) * 1.4426950408889634);
-  args.group = int(p.group_size());
-  args.num_m_blocks = int(cuda::ceil_div(p.seqlen_q, tile.block_m));
+  cuda::sm90::FwdArgs args = fwd_args(p, tile.block_m);
   args.pingpong = pingpong_enabled();
   args.overlap = overlap_enabled();
   args.max_slack = max_slack();
@@ -339,11 +348,7 @@ void run_fwd(const FwdProblem& p, Stream stream) {
     // loaded).
     args.paged_columns = p.paged.num_blocks > 0 ? int(p.paged.capacity / p.paged.page_size) : 0;
   }
-  args.q_map = cuda::sm90::make_rows_map(p.q, p.dtype, p.head_dim, map_rows_q(p), p.heads, map_batch(p), tile.block_m);
-  args.k_map =
-      cuda::sm90::make_rows_map(p.k, p.dtype, p.head_dim, map_rows_k(p), p.heads_k, map_batch_k(p), key_box_rows);
-  args.v_map =
-      cuda::sm90::make_rows_map(p.v, p.dtype, p.head_dim, map_rows_k(p), p.heads_k, map_batch_k(p), key_box_rows);
+  set_qkv_maps(args, p, tile.block_m, key_box_rows);
   if (args.tma_store)
     args.o_map =
         cuda::sm90::make_rows_map(p.out, p.dtype, p.head_dim, p.seqlen_q, p.heads, p.batch, cuda::sm90::kWgmmaRows);

@@ -41,12 +41,6 @@ struct Fp8Barriers {
   __device__ __forceinline__ uint32_t empty(int s) const { return q_full + 8u * uint32_t(1 + 3 * kFp8Tile.stages + s); }
 };
 
-// Byte offset of (row, byte) in a tile of 128-byte rows with the 128-byte swizzle (16-byte chunk c of row r
-// at c ^ (r % 8)): what TMA writes and wgmma reads for one panel of 8-bit elements.
-__device__ __forceinline__ uint32_t fp8_swizzled(int row, int byte) {
-  return uint32_t(row) * kPanelRowBytes + ((uint32_t(byte / 16) ^ uint32_t(row % 8)) * 16u) + uint32_t(byte % 16);
-}
-
 // V (block_n keys x 128 head-dim bytes, as TMA landed it) into V^T (128 head-dim rows x block_n key bytes,
 // column 32 s + k holding key 32 s + fp8_pv_key(k)). A thread takes 4 head dims x 4 columns at a time: the 4
 // columns 4t .. 4t + 3 of a 16-key half are keys 2t, 2t + 1, 2t + 8, 2t + 9 of it, whose 4 bytes at the head
@@ -58,16 +52,16 @@ __device__ __forceinline__ void transpose_v(uint32_t v, uint32_t vt, int tt) {
     const int c0 = 4 * (blk / (kFp8Tile.head_dim / 4));  // columns c0 .. c0 + 3 of V^T
     const int half0 = c0 & ~15, t = (c0 % 16) / 4;
     const int key0 = half0 + 2 * t, key2 = half0 + 8 + 2 * t;
-    const uint32_t a = ptx::ld_shared_u32(v + fp8_swizzled(key0, d0));
-    const uint32_t b = ptx::ld_shared_u32(v + fp8_swizzled(key0 + 1, d0));
-    const uint32_t c = ptx::ld_shared_u32(v + fp8_swizzled(key2, d0));
-    const uint32_t d = ptx::ld_shared_u32(v + fp8_swizzled(key2 + 1, d0));
+    const uint32_t a = ptx::ld_shared_u32(v + swizzled_row_byte(key0, d0));
+    const uint32_t b = ptx::ld_shared_u32(v + swizzled_row_byte(key0 + 1, d0));
+    const uint32_t c = ptx::ld_shared_u32(v + swizzled_row_byte(key2, d0));
+    const uint32_t d = ptx::ld_shared_u32(v + swizzled_row_byte(key2 + 1, d0));
     const uint32_t ab_lo = __byte_perm(a, b, 0x5140), ab_hi = __byte_perm(a, b, 0x7362);
     const uint32_t cd_lo = __byte_perm(c, d, 0x5140), cd_hi = __byte_perm(c, d, 0x7362);
-    ptx::st_shared_u32(vt + fp8_swizzled(d0, c0), __byte_perm(ab_lo, cd_lo, 0x5410));
-    ptx::st_shared_u32(vt + fp8_swizzled(d0 + 1, c0), __byte_perm(ab_lo, cd_lo, 0x7632));
-    ptx::st_shared_u32(vt + fp8_swizzled(d0 + 2, c0), __byte_perm(ab_hi, cd_hi, 0x5410));
-    ptx::st_shared_u32(vt + fp8_swizzled(d0 + 3, c0), __byte_perm(ab_hi, cd_hi, 0x7632));
+    ptx::st_shared_u32(vt + swizzled_row_byte(d0, c0), __byte_perm(ab_lo, cd_lo, 0x5410));
+    ptx::st_shared_u32(vt + swizzled_row_byte(d0 + 1, c0), __byte_perm(ab_lo, cd_lo, 0x7632));
+    ptx::st_shared_u32(vt + swizzled_row_byte(d0 + 2, c0), __byte_perm(ab_hi, cd_hi, 0x5410));
+    ptx::st_shared_u32(vt + swizzled_row_byte(d0 + 3, c0), __byte_perm(ab_hi, cd_hi, 0x7632));
   }
 }
 

@@ -118,11 +118,16 @@ constexpr int paged_box_rows(int64_t page_size, int block_n) {
   return box % 8 == 0 ? int(box) : 0;
 }
 
+// Byte offset of byte `byte` (< 128) of panel row `row` from its panel's base: 128 bytes a row, 16-byte chunk c
+// at c ^ (row % 8) (the 128-byte swizzle; any element size, e4m3 rows of the FP8 forward included).
+FA_HD constexpr uint32_t swizzled_row_byte(int row, int byte) {
+  return uint32_t(row) * kPanelRowBytes + ((uint32_t(byte / 16) ^ uint32_t(row % 8)) * 16u) + uint32_t(byte % 16);
+}
+
 // Byte offset of element (row, col) in a tile of `rows` rows (the layout above).
 FA_HD constexpr uint32_t tile_byte_offset(int rows, int row, int col) {
-  const uint32_t chunk = uint32_t(col % int(kPanelCols)) / 8;
-  return uint32_t(col / int(kPanelCols)) * uint32_t(rows) * kPanelRowBytes + uint32_t(row) * kPanelRowBytes +
-         ((chunk ^ uint32_t(row % 8)) * 16) + uint32_t(col % 8) * 2;
+  return uint32_t(col / int(kPanelCols)) * uint32_t(rows) * kPanelRowBytes +
+         swizzled_row_byte(row, (col % int(kPanelCols)) * 2);
 }
 
 // Descriptor start (bytes from the tile's base) of k-step kk (16 elements of K) for a K-major operand whose
