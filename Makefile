@@ -51,10 +51,14 @@ TEST_FUZZ_TIME ?= 60
 # longest step of CI. `make build` and the wheel keep FLASHATTN_CUDA_ARCHS's default (80;90a).
 test-cpp: CUDA_ARCHS = 90a
 
-test: test-cpp test-python
-	$(MAKE) test-asan
-	$(MAKE) test-tsan
-	$(MAKE) fuzz FUZZ_TIME=$(TEST_FUZZ_TIME)
+# Each part in turn, with its wall time printed ("[make test] PART: N s") so that a CI log shows where its
+# minutes went.
+test:
+	@scripts/timed.sh test-cpp $(MAKE) test-cpp
+	@scripts/timed.sh test-python $(MAKE) test-python
+	@scripts/timed.sh test-asan $(MAKE) test-asan
+	@scripts/timed.sh test-tsan $(MAKE) test-tsan
+	@scripts/timed.sh fuzz $(MAKE) fuzz FUZZ_TIME=$(TEST_FUZZ_TIME)
 
 bench: build
 	./$(BUILD)/tools/bench/flashattn-bench

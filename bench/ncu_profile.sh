@@ -2,7 +2,7 @@
 # Nsight Compute profile of cuda_sm80's main kernels next to FlashAttention-2's (PyTorch SDPA's flash
 # backend) on the same problem, one launch each: speed of light, warp stall reasons, scheduler issue
 # rate, occupancy, instruction mix. For the "where do the cycles go" question of docs/kernels.md. Runs on
-# the GPU machine after scripts/stage-gpu.sh (needs .gpu/bin.tgz and PyTorch).
+# the GPU machine after scripts/stage-gpu.sh (needs .gpu/bin.txz and PyTorch).
 #
 # Usage: OUT=dir [BENCH=path] [TAG=name] bench/ncu_profile.sh [MODE:DIM[:SEQLEN[:causal]] ...]
 #   (default: bwd:64 fwd:128). MODE is fwd or bwd, DIM the head dim, SEQLEN the sequence length (bf16,
@@ -12,13 +12,15 @@
 #   when it exists). Writes $OUT/ncu_{ours[TAG],fa2}_MODE_dDIM[_sSEQLEN][_causal].txt; with NCU_SOURCE=1
 #   also the whole section set and the
 #   per-SASS-instruction table (executed instructions, stall samples) as $OUT/ncu_*_source.csv.gz, to line
-#   up the two kernels' instruction mix and hot spots.
+#   up the two kernels' instruction mix and hot spots. IMPL (default cuda_sm80) profiles another backend of
+#   ours (cuda_sm90: its kernels bwd_kernel / fwd_kernel, function names matched exactly); NO_PEER=1 skips
+#   FA2's profile.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-ncu-out}
 mkdir -p "$OUT" .gpu/bin
 BENCH=${BENCH:-.gpu/bin/flashattn-bench}
-[ -x "$BENCH" ] || tar -xzf .gpu/bin.tgz -C .gpu/bin
+[ -x "$BENCH" ] || tar -xJf .gpu/bin.txz -C .gpu/bin
 problems=("$@")
 ((${#problems[@]})) || problems=(bwd:64 fwd:128)
 if [ "${NCU_SOURCE:-0}" = 1 ]; then
@@ -62,9 +64,10 @@ for problem in "${problems[@]}"; do
   causal=()
   if [ "${mask:-}" = causal ]; then name="${name}_causal" causal=(--causal); fi
   if [ "$mode" = bwd ]; then ours=bwd_tiled_kernel fa2=flash_bwd_dq_dk_dv; else ours=fwd_kernel fa2=flash_fwd_kernel; fi
-  profile "ours${TAG:-}_$name" "$ours" "$BENCH" --device cuda --impl cuda_sm80 --batch "$batch" \
+  [ "${IMPL:-cuda_sm80}" = cuda_sm90 ] && ours="^${mode}_kernel\$"
+  profile "ours${TAG:-}_$name" "$ours" "$BENCH" --device cuda --impl "${IMPL:-cuda_sm80}" --batch "$batch" \
     --seqlen "$seqlen" --dtype bf16 --no-check --iters 1 --warmup 0 --mode "$mode" --heads $((2048 / dim)) --dim "$dim" \
     "${causal[@]}"
-  [ -f "$OUT/ncu_fa2_$name.txt" ] ||
+  [ "${NO_PEER:-0}" = 1 ] || [ -f "$OUT/ncu_fa2_$name.txt" ] ||
     profile "fa2_$name" "$fa2" python3 "$sdpa" "$dim" "$mode" "$seqlen" "$batch" "$((${#causal[@]} > 0))"
 done
