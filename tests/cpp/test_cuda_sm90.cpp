@@ -20,6 +20,7 @@
 
 #include "cuda/sm80/smem_layout.h"
 #include "cuda/sm90/bwd_tile.h"
+#include "cuda/sm90/dq_tiles.h"
 #include "cuda/sm90/fp8_fwd_layout.h"
 #include "cuda/sm90/fwd_tile.h"
 #include "cuda/sm90/pipeline.h"
@@ -168,6 +169,9 @@ TEST(CudaSm90Host, BackwardTileTableFitsHopper) {
       parts.push_back({t.dsum_offset(s), t.stat_bytes()});
     }
     for (int buf = 0; buf < 2; ++buf) parts.push_back({t.ds_offset(buf), t.ds_bytes()});
+    for (int c = 0; c < t.consumer_warpgroups(); ++c) parts.push_back({t.dq_offset(c), t.dq_bytes()});
+    EXPECT_EQ(t.dq_bytes(), 4 * sm90::kDqBlockFloats);  // one block of dq_accum (dq_tiles.h)
+    EXPECT_EQ(t.block_m, sm90::kDqTileRows);
     parts.push_back({t.barrier_offset(), 8 * t.barriers()});
     std::sort(parts.begin(), parts.end());
     for (size_t i = 0; i + 1 < parts.size(); ++i) EXPECT_EQ(parts[i].first + parts[i].second, parts[i + 1].first);
@@ -179,6 +183,83 @@ TEST(CudaSm90Host, BackwardTileTableFitsHopper) {
   EXPECT_EQ(sm90::bwd_bucket(96), 128);
   EXPECT_EQ(sm90::bwd_bucket(136), 0);
   EXPECT_EQ(sm90::bwd_bucket(32), 0);
+}
+
+// The backward's dq_accum tiles (dq_tiles.h): inside a block every (row, column) has its own float, and the
+// 8-byte stores of a wgmma accumulator fragment (lane 4 g + t: rows g and g + 8 of a 16-row slice, columns
+// 8 j + 2 t and + 1) fall on each bank exactly twice (two wavefronts, the minimum for 256 bytes); aligned
+// 8-column chunks stay contiguous; the blocks of (tile, head, panel) tile the buffer; every sequence's
+// tiles are its own, dense or varlen (empty and short sequences included), inside dq_tiles(); and the
+// pre/post kernels' row policy finds each row's place (and none for rows outside every sequence).
+TEST(CudaSm90Host, BackwardDqTilesAreDisjointAndConflictFree) {
+  std::vector<int> seen(sm90::kDqBlockFloats, 0);
+  for (int r = 0; r < sm90::kDqTileRows; ++r)
+    for (int c = 0; c < sm90::kDqPanelCols; ++c) {
+      const int at = sm90::dq_in_block(r, c);
+      ASSERT_GE(at, 0);
+      ASSERT_LT(at, sm90::kDqBlockFloats);
+      ++seen[size_t(at)];
+      if (c % 8 != 0) EXPECT_EQ(at, sm90::dq_in_block(r, c - c % 8) + c % 8) << r << " " << c;
+    }
+  for (int n : seen) ASSERT_EQ(n, 1);
+  for (int w = 0; w < 4; ++w)
+    for (int half = 0; half < 2; ++half)
+      for (int j = 0; j < 8; ++j) {
+        std::vector<int> bank_hits(32, 0);
+        for (int lane = 0; lane < 32; ++lane) {
+          const int row = 16 * w + lane / 4 + 8 * half, col = 8 * j + 2 * (lane % 4);
+          const int word = sm90::dq_in_block(row, col);
+          ++bank_hits[size_t(word % 32)];
+          ++bank_hits[size_t((word + 1) % 32)];
+        }
+        for (int hits : bank_hits) EXPECT_EQ(hits, 2) << "warp " << w << " half " << half << " group " << j;
+      }
+  EXPECT_EQ(sm90::dq_block_offset(1, 0, 0, 3, 128), 6 * sm90::kDqBlockFloats);
+  EXPECT_EQ(sm90::dq_block_offset(0, 2, 1, 3, 128), 5 * sm90::kDqBlockFloats);
+  // Sequences' tiles: dense, and varlen with empty, short and long sequences.
+  const std::vector<std::vector<int32_t>> varlens = {{0, 0, 1, 65, 65, 200, 263, 264}, {0, 64, 128, 129}, {0, 0, 0}};
+  for (const auto& cu : varlens) {
+    const int64_t batch = int64_t(cu.size()) - 1, total = cu.back();
+    const int64_t tiles = sm90::dq_tiles(true, batch, 0, total);
+    std::vector<int> owner(size_t(tiles), -1);
+    for (int64_t b = 0; b < batch; ++b) {
+      const int64_t first = sm90::dq_first_tile(true, b, 0, cu[size_t(b)]);
+      for (int64_t t = 0; t < (cu[size_t(b) + 1] - cu[size_t(b)] + 63) / 64; ++t) {
+        ASSERT_LT(first + t, tiles) << "sequence " << b;
+        EXPECT_EQ(owner[size_t(first + t)], -1) << "tile " << first + t << " shared";
+        owner[size_t(first + t)] = int(b);
+      }
+    }
+    flashattn::detail::BwdProblem p;
+    p.batch = batch;
+    p.heads = 2;
+    p.head_dim = 96;
+    p.seqlen_q = 200;
+    p.total_q = total + 3;  // rows past the last sequence
+    p.cu_seqlens_q = cu.data();
+    for (int64_t row = 0; row < p.total_q; ++row) {
+      int64_t b = 0;
+      while (b + 1 < batch && cu[size_t(b) + 1] <= row) ++b;
+      const bool inside = batch > 0 && row >= cu[size_t(b)] && row < cu[size_t(b) + 1];
+      const int64_t at = sm90::TiledDqLayout::offset(p, row, 1, 40);
+      if (!inside) {
+        EXPECT_EQ(at, -1) << "row " << row;
+        continue;
+      }
+      EXPECT_EQ(at, sm90::dq_offset(sm90::dq_first_tile(true, b, 0, cu[size_t(b)]), row - cu[size_t(b)], 1, 40, 2, 128))
+          << "row " << row;
+    }
+  }
+  flashattn::detail::BwdProblem dense;
+  dense.batch = 3;
+  dense.heads = 2;
+  dense.head_dim = 64;
+  dense.seqlen_q = 70;  // two tiles per sequence, the second partial
+  dense.total_q = 210;
+  EXPECT_EQ(sm90::dq_tiles(false, 3, 70, 210), 6);
+  EXPECT_EQ(sm90::TiledDqLayout::offset(dense, 140 + 65, 1, 8),
+            sm90::dq_block_offset(5, 1, 0, 2, 64) + sm90::dq_in_block(1, 8));
+  EXPECT_EQ(sm90::TiledDqLayout::zero_chunks(dense), 8);
 }
 
 // dQ = dS K in the backward: dS^T is stored keys x queries in a 128 x 64 tile (sm80's SmemTile layout,

@@ -6,7 +6,8 @@
 //    pair's row of dq_accum (when there is one), which saves a separate memset pass over the workspace;
 //  * bwd_dq_convert_kernel: dq = dq_accum rounded to the dtype (the scale is already inside dS), one
 //    thread per 8 elements.
-// The 8 dims of a chunk are contiguous in dq_accum's blocked layout too (dq_accum.h, dq_accum_offset).
+// The 8 dims of a chunk are contiguous in dq_accum's layout: a policy type, by default the blocked layout
+// of dq_accum.h (BlockedDqLayout); the sm90 backward's tiles are another (sm90/dq_tiles.h).
 // Both index query rows globally (global_q_row): row r of a dense call is (b, i) = (r / Sq, r % Sq), of
 // a varlen call r itself (batch stride 0).
 
@@ -28,8 +29,18 @@ __device__ __forceinline__ int64_t row_offset(const BwdProblem& p, const RowsVie
   return v.offset(row / p.seqlen_q, row % p.seqlen_q, h);
 }
 
+// dq_accum's layout as a policy: offset(p, row, h, dim) of an 8-dim chunk (32 contiguous bytes), negative
+// where the row belongs to no sequence (nothing there to clear or read: dq is 0), and zero_chunks(p), the
+// chunks of a row the D kernel clears (columns a layout keeps beyond head_dim are cleared too).
+struct BlockedDqLayout {
+  __device__ __forceinline__ static int64_t offset(const BwdProblem& p, int64_t row, int64_t h, int64_t dim) {
+    return dq_accum_offset(row, h, dim, p.heads, p.head_dim);
+  }
+  __device__ __forceinline__ static int zero_chunks(const BwdProblem& p) { return int(p.head_dim / 8); }
+};
+
 // The body of bwd_dsum_kernel, for entry points of their own (the sm_70 image, sm70/image_entries.cu).
-template <typename T>
+template <typename T, typename DqLayout = BlockedDqLayout>
 __device__ __forceinline__ void bwd_dsum(const BwdArgs& args) {
   const BwdProblem& p = args.p;
   const int lane = int(threadIdx.x) & 31;
@@ -37,10 +48,13 @@ __device__ __forceinline__ void bwd_dsum(const BwdArgs& args) {
   if (pair >= p.total_q * p.heads) return;
   const int64_t row = pair / p.heads, h = pair % p.heads;
   float acc = 0.0f;
-  if (args.dq_accum != nullptr && lane < p.head_dim / 8) {
-    float4* zero = reinterpret_cast<float4*>(args.dq_accum + dq_accum_offset(row, h, 8 * lane, p.heads, p.head_dim));
-    zero[0] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    zero[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (args.dq_accum != nullptr && lane < DqLayout::zero_chunks(p)) {
+    const int64_t at = DqLayout::offset(p, row, h, 8 * lane);
+    if (at >= 0) {
+      float4* zero = reinterpret_cast<float4*>(args.dq_accum + at);
+      zero[0] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      zero[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
   }
   if (lane < p.head_dim / 8) {
     float d[8], o[8];
@@ -54,12 +68,12 @@ __device__ __forceinline__ void bwd_dsum(const BwdArgs& args) {
   if (lane == 0) args.dsum[h * p.total_q + row] = acc;
 }
 
-template <typename T>
+template <typename T, typename DqLayout = BlockedDqLayout>
 __global__ void __launch_bounds__(kPrepostThreads) bwd_dsum_kernel(const __grid_constant__ BwdArgs args) {
-  bwd_dsum<T>(args);
+  bwd_dsum<T, DqLayout>(args);
 }
 
-template <typename T>
+template <typename T, typename DqLayout = BlockedDqLayout>
 __global__ void __launch_bounds__(kPrepostThreads) bwd_dq_convert_kernel(const __grid_constant__ BwdArgs args) {
   const BwdProblem& p = args.p;
   const int64_t chunks = p.head_dim / 8;
@@ -67,9 +81,10 @@ __global__ void __launch_bounds__(kPrepostThreads) bwd_dq_convert_kernel(const _
   if (idx >= p.total_q * p.heads * chunks) return;
   const int64_t c = idx % chunks, pair = idx / chunks;
   const int64_t row = pair / p.heads, h = pair % p.heads;
-  const float* src = args.dq_accum + dq_accum_offset(row, h, 8 * c, p.heads, p.head_dim);
-  const float4 lo = *reinterpret_cast<const float4*>(src);
-  const float4 hi = *reinterpret_cast<const float4*>(src + 4);
+  const int64_t at = DqLayout::offset(p, row, h, 8 * c);
+  const float4 none = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  const float4 lo = at >= 0 ? *reinterpret_cast<const float4*>(args.dq_accum + at) : none;
+  const float4 hi = at >= 0 ? *reinterpret_cast<const float4*>(args.dq_accum + at + 4) : none;
   uint4 packed;
   packed.x = ptx::pack2<T>(lo.x, lo.y);
   packed.y = ptx::pack2<T>(lo.z, lo.w);

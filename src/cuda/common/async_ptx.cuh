@@ -117,7 +117,22 @@ __device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, uint32_t sr
 #endif
 }
 
-// Closes this thread's bulk group of TMA stores.
+// Adds `bytes` (a multiple of 16) of fp32 values from shared address `src` into global memory at `dst`
+// (both 16-byte aligned), element by element, as one bulk operation of this thread's current bulk group
+// (one thread; the shared writes must be ordered before it with fence.proxy.async and a barrier). The
+// adds are atomic per element, like red.global.add.f32.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, uint32_t src, uint32_t bytes) {
+#if FLASHATTN_ASYNC_ENABLED
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
+                   reinterpret_cast<uint64_t>(dst)),
+               "r"(src), "r"(bytes)
+               : "memory");
+#else
+  __trap();
+#endif
+}
+
+// Closes this thread's bulk group (TMA stores, bulk reductions).
 __device__ __forceinline__ void bulk_commit_group() {
 #if FLASHATTN_ASYNC_ENABLED
   asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");

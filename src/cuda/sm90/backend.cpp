@@ -73,6 +73,15 @@ bool tma_store_enabled(const FwdProblem& p) {
   return on && !p.varlen();
 }
 
+// The backward's dQ through shared memory and the writer warp's bulk reductions (bwd_kernel.cuh, BwdDq::bulk)
+// instead of each consumer thread's fp32 reductions: written after the first version's SASS showed its
+// reductions and the fence behind them on every step (bench/NOTES.md, session 22); not yet run on a GPU, so
+// off unless FLASHATTN_SM90_BWD_DQ_BULK=1.
+bool bwd_dq_bulk_enabled() {
+  static const bool on = env_is("FLASHATTN_SM90_BWD_DQ_BULK", "1");
+  return on;
+}
+
 // How far a row's running max may grow before the forward's online softmax moves it and rescales O
 // (FwdArgs::max_slack): 8 base-2 units, as FlashAttention-4 does, keeps P below 2^8 (exact in every
 // dtype's range, the same relative rounding) and leaves O's rescale to the few tiles whose max jumps.
@@ -417,6 +426,7 @@ void run_bwd(const BwdProblem& p, Stream stream) {
       cuda::sm90::make_rows_map(p.k, p.dtype, p.head_dim, map_rows_k(p), p.heads_k, map_batch_k(p), tile.block_n);
   args.v_map =
       cuda::sm90::make_rows_map(p.v, p.dtype, p.head_dim, map_rows_k(p), p.heads_k, map_batch_k(p), tile.block_n);
+  args.dq_bulk = bwd_dq_bulk_enabled();
   cuda::sm90::launch_bwd(args, static_cast<cudaStream_t>(stream));
 #else
   (void)p;

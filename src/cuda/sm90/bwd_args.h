@@ -14,6 +14,10 @@ namespace flashattn::detail::cuda::sm90 {
 struct BwdArgs {
   CUtensorMap q_map, k_map, v_map, do_map;  // (head dim, rows, heads, batch); 64-byte aligned by their type
   attn::BwdArgs base;                       // base.num_n_blocks: key tiles per (sequence, kv head)
+  // dQ through the shared buffers and bulk reductions into dq_accum's tiles (sm90/dq_tiles.h), or (false)
+  // each consumer thread's reductions into its blocked layout (attn/dq_accum.h); launch_bwd sizes and
+  // lays out dq_accum to match.
+  bool dq_bulk = false;
 };
 
 }  // namespace flashattn::detail::cuda::sm90

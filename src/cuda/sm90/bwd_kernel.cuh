@@ -10,14 +10,17 @@
 //   warpgroup 0, the producer (setmaxnreg down): its first warp loads K and V once (TMA, kv_full), then per
 //     step (query head h, query tile m0) Q and dO by TMA into the ring's next stage, while its 32 lanes
 //     copy the step's LSE (times log2 e) and D rows into the stage with ordinary loads and stores; the
-//     stage's `full` barrier completes with the TMA bytes and the 32 lanes' arrivals.
+//     stage's `full` barrier completes with the TMA bytes and the 32 lanes' arrivals. Its second warp, the
+//     dQ writer, adds each consumer warpgroup's dQ of a step from shared memory into dq_accum with one
+//     bulk reduction (16 KB; sm90/dq_tiles.h), so the consumers issue no atomics.
 //   warpgroups 1 and 2, the consumers: warpgroup c owns keys [64 c, 64 c + 64) of the tile. Per step:
 //     S^T = K Q^T and dP^T = V dO^T (wgmma, both operands in shared memory), P^T = exp2(S^T scale log2 e -
 //     LSE log2 e) with the mask, dS^T = P^T (dP^T - D) scale (in registers, sm80's transposed element
-//     code), dV += P^T dO and dK += dS^T Q (wgmma, P^T and dS^T from registers), dS^T into shared memory
-//     and dQ = dS K (wgmma, both operands MN-major in shared memory; bwd_tile.h says which warpgroup takes
-//     which part), then each consumer thread arrives on the stage's `empty` and adds its part of dQ into
-//     dq_accum (8-byte reductions on its blocked layout, attn/dq_accum.h).
+//     code); then dV += P^T dO (wgmma, P^T from registers), dS^T into shared memory, dQ = dS K (wgmma, both
+//     operands MN-major in shared memory; bwd_tile.h says which warpgroup takes which part) and dK +=
+//     dS^T Q (dS^T from registers), in that order, so that dQ is done while dK still runs: the warpgroup
+//     copies dQ into its shared dQ buffer (once the writer has read the previous step's) during dK, hands
+//     it to the writer (named barriers), and arrives on the stage's `empty` after dK.
 //   epilogue: dK and dV rounded to T into the K and V tiles (after both warpgroups' last dQ read K), then
 //     16-byte stores of each warpgroup's rows.
 //
@@ -47,6 +50,7 @@
 #include "cuda/sm80/tile_copy.cuh"
 #include "cuda/sm90/bwd_args.h"
 #include "cuda/sm90/bwd_tile.h"
+#include "cuda/sm90/dq_tiles.h"
 #include "cuda/sm90/pipeline.h"
 
 namespace flashattn::detail::cuda::sm90 {
@@ -169,17 +173,28 @@ struct BwdBarriers {
 };
 
 // Named barriers (0 is __syncthreads): the dS^T tile's (both consumer warpgroups, or one per warpgroup
-// where each reads only its own rows), the epilogue's (both), and each warpgroup's store barrier.
-inline constexpr uint32_t kBwdDsBarrier = 1, kBwdEpilogueBarrier = 3, kBwdStoreBarrier = 4;
+// where each reads only its own rows), the epilogue's (both), each warpgroup's store barrier, and per
+// consumer warpgroup its dQ buffer's `full` (the warpgroup arrives, the writer warp waits) and `empty`
+// (the reverse), 128 + 32 threads each.
+inline constexpr uint32_t kBwdDsBarrier = 1, kBwdEpilogueBarrier = 3, kBwdStoreBarrier = 4, kBwdDqFullBarrier = 6,
+                          kBwdDqEmptyBarrier = 8;
+inline constexpr uint32_t kBwdDqBarrierThreads = kWarpgroupThreads + 32;
 
-// kGeneral: the instance for calls with softcap or ALiBi (attn/score_args.h). kDq: dQ is computed here
-// (into dq_accum); without it (the deterministic mode) sm80's dQ kernel computes dQ afterwards, without atomics.
-template <typename T, int kHeadDim, bool kGeneral, bool kDq>
+// How the main kernel produces dQ: not at all (the deterministic mode: sm80's dQ kernel computes it afterwards,
+// without atomics), by each consumer thread's fp32 reductions into dq_accum's blocked layout
+// (attn/dq_accum.h; the first version, kept as the A/B arm of the next), or through the shared dQ buffers
+// and the writer warp's bulk reductions into dq_accum's tiles (sm90/dq_tiles.h).
+enum class BwdDq { none, reductions, bulk };
+
+// kGeneral: the instance for calls with softcap or ALiBi (attn/score_args.h).
+template <typename T, int kHeadDim, bool kGeneral, BwdDq kDqMode>
 __global__ void __launch_bounds__(bwd_tile(kHeadDim).threads(), 1) bwd_kernel(const __grid_constant__ BwdArgs args) {
   constexpr Sm90BwdTile kTile = bwd_tile(kHeadDim, kGeneral);
   constexpr int kBlockM = kTile.block_m, kBlockN = kTile.block_n, kStages = kTile.stages;
   static_assert(kTile.registers_fit(), "setmaxnreg budgets exceed the register file");
   static_assert(kTile.consumer_warpgroups() == 2, "two consumer warpgroups of 64 keys each");
+  static_assert(kBlockM == kDqTileRows && kTile.dq_cols() == kDqPanelCols, "a step's dQ slice is one dq_accum block");
+  constexpr bool kDq = kDqMode != BwdDq::none, kBulk = kDqMode == BwdDq::bulk;
   using Consumer = BwdConsumer<T, kHeadDim>;
   using KVTile = sm80::SmemTile<kBlockN, kHeadDim>;  // the layout of fwd_tile.h, for the epilogue
   const attn::BwdArgs& a = args.base;
@@ -229,7 +244,36 @@ __global__ void __launch_bounds__(bwd_tile(kHeadDim).threads(), 1) bwd_kernel(co
 
   if (warpgroup == 0) {
     async::setmaxnreg_dec<kTile.producer_regs>();
-    if (threadIdx.x >= 32 || steps == 0) return;
+    if (steps == 0) return;
+    if constexpr (kBulk) {
+      if (threadIdx.x / 32 == 1) {
+        // The dQ writer: per step, each consumer warpgroup's dQ block (full) into dq_accum, then the
+        // buffers back to the warpgroups (empty) once the reductions have read them.
+        const int64_t first_tile = dq_first_tile(p.cu_seqlens_q != nullptr, b, p.seqlen_q, seq.q_start);
+        for (int c = 0; c < 2; ++c)
+          async::named_barrier_arrive(true, kBwdDqEmptyBarrier + uint32_t(c), kBwdDqBarrierThreads);
+        for (int i = 0; i < steps; ++i) {
+          const int64_t tile = first_tile + step_m0(i) / kBlockM;
+          for (int c = 0; c < 2; ++c) {
+            async::named_barrier_sync(kBwdDqFullBarrier + uint32_t(c), kBwdDqBarrierThreads);
+            if (threadIdx.x == 32) {
+              const int panel = kTile.dq_split_columns() ? c : 0;
+              async::bulk_reduce_add_f32(a.dq_accum + dq_block_offset(tile, step_head(i), panel, p.heads, kHeadDim),
+                                         base + uint32_t(kTile.dq_offset(c)), uint32_t(kTile.dq_bytes()));
+              async::bulk_commit_group();
+            }
+          }
+          if (threadIdx.x == 32) async::bulk_wait_group_read<0>();
+          __syncwarp();
+          if (i + 1 < steps)
+            for (int c = 0; c < 2; ++c)
+              async::named_barrier_arrive(true, kBwdDqEmptyBarrier + uint32_t(c), kBwdDqBarrierThreads);
+        }
+        if (threadIdx.x == 32) async::bulk_wait_group<0>();
+        return;
+      }
+    }
+    if (threadIdx.x >= 32) return;
     const int lane = int(threadIdx.x);
     if (lane == 0) {
       async::prefetch_tensormap(&args.q_map);
@@ -287,6 +331,7 @@ __global__ void __launch_bounds__(bwd_tile(kHeadDim).threads(), 1) bwd_kernel(co
   const int64_t wg_key0 = n0 + key_row0, wg_key1 = wg_key0 + kWgmmaRows - 1;
   const float scale_log2 = a.s.scale_log2, scale = p.score.softmax_scale;
   T* ds_tiles = reinterpret_cast<T*>(smem + kTile.ds_offset(0));
+  float* dq_buffer = reinterpret_cast<float*>(smem + kTile.dq_offset(consumer));
   constexpr int kDsElems = kTile.ds_bytes() / 2;
 
   float dv[Consumer::kDFrags][4], dk[Consumer::kDFrags][4];
@@ -370,11 +415,47 @@ __global__ void __launch_bounds__(bwd_tile(kHeadDim).threads(), 1) bwd_kernel(co
 
     wgmma::fence();  // orders the packing, and the accumulators' last ordinary writes, before the products
     Consumer::keys_by_dims(dv, pa, do_tile);
-    Consumer::keys_by_dims(dk, da, q_tile);
+    if constexpr (!kBulk) Consumer::keys_by_dims(dk, da, q_tile);
     wgmma::commit_group();
 
-    if constexpr (kDq) {
+    if constexpr (kBulk) {
       // dS^T into this step's buffer, visible to the async proxy of both warpgroups (or this one's) before dQ.
+      T* ds_tile = ds_tiles + (i & 1) * kDsElems;
+      Consumer::store_packed(ds_tile, da, key_row0 + 16 * warp, lane);
+      wgmma::fence_proxy_async();
+      if constexpr (kTile.dq_split_columns())
+        async::named_barrier_sync(kBwdDsBarrier, kConsumerThreads);
+      else
+        async::named_barrier_sync(kBwdDsBarrier + uint32_t(consumer), kWarpgroupThreads);
+      float dq[Consumer::kDqFrags][4];
+      Consumer::dq_issue(dq, ptx::smem_addr(ds_tile), base + uint32_t(kTile.k_offset()), consumer);
+      Consumer::keys_by_dims(dk, da, q_tile);
+      wgmma::commit_group();
+      wgmma::wait_group<1>();  // dV and dQ done; dK runs on while dQ goes to shared memory
+      wgmma::fence_operands(dq);
+
+      // dQ slice: rows 16 warp + g (+ 8) of the step, columns 8 j + 2 t (+ 1) of its 64-column block, into
+      // this warpgroup's buffer in dq_accum's block layout (rows past the sequence hold zeros: their P is
+      // masked), once the writer has read the previous step's.
+      async::named_barrier_sync(kBwdDqEmptyBarrier + uint32_t(consumer), kBwdDqBarrierThreads);
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = 16 * warp + g + 8 * half;
+#pragma unroll
+        for (int j = 0; j < Consumer::kDqFrags; ++j)
+          *reinterpret_cast<float2*>(dq_buffer + dq_in_block(row, 8 * j + 2 * t)) =
+              make_float2(dq[j][2 * half], dq[j][2 * half + 1]);
+      }
+      wgmma::fence_proxy_async();
+      async::named_barrier_arrive(true, kBwdDqFullBarrier + uint32_t(consumer), kBwdDqBarrierThreads);
+      wgmma::wait_group<0>();
+      wgmma::fence_operands(dv);
+      wgmma::fence_operands(dk);
+      wgmma::fence_operands(pa);
+      wgmma::fence_operands(da);
+      async::mbarrier_arrive(bars.empty(st.stage));  // the tensor cores are done reading Q and dO
+    } else if constexpr (kDq) {
+      // dS^T as above; dQ after dV and dK, then each thread's reductions of its dQ pairs.
       T* ds_tile = ds_tiles + (i & 1) * kDsElems;
       Consumer::store_packed(ds_tile, da, key_row0 + 16 * warp, lane);
       wgmma::fence_proxy_async();
@@ -390,8 +471,7 @@ __global__ void __launch_bounds__(bwd_tile(kHeadDim).threads(), 1) bwd_kernel(co
       wgmma::fence_operands(dq);
       wgmma::fence_operands(pa);
       wgmma::fence_operands(da);
-      async::mbarrier_arrive(bars.empty(st.stage));  // the tensor cores are done reading Q and dO
-
+      async::mbarrier_arrive(bars.empty(st.stage));
       // dQ slice: rows 16 warp + g (+ 8) of the step, columns col0 + 8 j + 2 t (+ 1).
       const int col0 = kTile.dq_split_columns() ? consumer * kTile.dq_cols() : 0;
       const int64_t q_row0 = attn::global_q_row(p, b, seq, m0);
@@ -437,6 +517,14 @@ __global__ void __launch_bounds__(bwd_tile(kHeadDim).threads(), 1) bwd_kernel(co
                                                           tid);
 }
 
+// The instance of a dQ mode.
+template <typename T, int kHeadDim, bool kGeneral>
+auto bwd_instance(BwdDq mode) {
+  return mode == BwdDq::bulk         ? bwd_kernel<T, kHeadDim, kGeneral, BwdDq::bulk>
+         : mode == BwdDq::reductions ? bwd_kernel<T, kHeadDim, kGeneral, BwdDq::reductions>
+                                     : bwd_kernel<T, kHeadDim, kGeneral, BwdDq::none>;
+}
+
 // Launches the main kernel of one (dtype, head-dim bucket): one CTA per (key tile, kv head, sequence).
 // Instantiated in bwd_hdim<D>.cu; launch_bwd.cu runs the kernels around it. Without dq_accum (the
 // deterministic mode) the instance without dQ.
@@ -445,9 +533,9 @@ void run_bwd(const BwdArgs& args, cudaStream_t stream) {
   constexpr Sm90BwdTile kTile = bwd_tile(kHeadDim);
   const int64_t blocks = int64_t(args.base.num_n_blocks) * args.base.p.heads_k * args.base.p.batch;
   if (blocks == 0) return;
-  const bool general = attn::needs_general_kernel(args.base.p), dq = args.base.dq_accum != nullptr;
-  auto kernel = general ? (dq ? bwd_kernel<T, kHeadDim, true, true> : bwd_kernel<T, kHeadDim, true, false>)
-                        : (dq ? bwd_kernel<T, kHeadDim, false, true> : bwd_kernel<T, kHeadDim, false, false>);
+  const BwdDq mode = args.base.dq_accum == nullptr ? BwdDq::none : args.dq_bulk ? BwdDq::bulk : BwdDq::reductions;
+  auto kernel = attn::needs_general_kernel(args.base.p) ? bwd_instance<T, kHeadDim, true>(mode)
+                                                        : bwd_instance<T, kHeadDim, false>(mode);
   allow_dynamic_smem(kernel, size_t(kTile.smem_bytes()), args.base.p.device.index, "sm90 backward");
   kernel<<<grid_1d(blocks, "sm90 backward"), kTile.threads(), kTile.smem_bytes(), stream>>>(args);
   FA_CUDA_CHECK_LAUNCH("sm90 backward kernel");

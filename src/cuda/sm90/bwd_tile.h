@@ -35,12 +35,14 @@ struct Sm90BwdTile {
   FA_HD constexpr int dq_cols() const { return dq_split_columns() ? head_dim / consumer_warpgroups() : head_dim; }
   FA_HD constexpr int dq_keys() const { return dq_split_columns() ? block_n : kWgmmaRows; }
 
-  FA_HD constexpr int kv_bytes() const { return block_n * head_dim * 2; }  // K or V
-  FA_HD constexpr int q_bytes() const { return block_m * head_dim * 2; }   // Q or dO of one step
-  FA_HD constexpr int ds_bytes() const { return block_n * block_m * 2; }   // dS^T of one step (keys x queries)
-  FA_HD constexpr int stat_bytes() const { return block_m * 4; }           // LSE or D of one step (fp32)
+  FA_HD constexpr int kv_bytes() const { return block_n * head_dim * 2; }   // K or V
+  FA_HD constexpr int q_bytes() const { return block_m * head_dim * 2; }    // Q or dO of one step
+  FA_HD constexpr int ds_bytes() const { return block_n * block_m * 2; }    // dS^T of one step (keys x queries)
+  FA_HD constexpr int stat_bytes() const { return block_m * 4; }            // LSE or D of one step (fp32)
+  FA_HD constexpr int dq_bytes() const { return block_m * dq_cols() * 4; }  // one warpgroup's dQ of a step (fp32)
   // K, V, then Q and dO per stage, then dS^T twice (a step's dQ product may still read the previous
-  // step's while this one's is written), then LSE and D per stage, then the mbarriers.
+  // step's while this one's is written), then LSE and D per stage, then each consumer warpgroup's dQ
+  // (the copy the dQ writer warp adds into dq_accum: sm90/dq_tiles.h), then the mbarriers.
   FA_HD constexpr int k_offset() const { return 0; }
   FA_HD constexpr int v_offset() const { return kv_bytes(); }
   FA_HD constexpr int q_offset(int stage) const { return 2 * kv_bytes() + stage * q_bytes(); }
@@ -48,9 +50,12 @@ struct Sm90BwdTile {
   FA_HD constexpr int ds_offset(int buf) const { return 2 * kv_bytes() + 2 * stages * q_bytes() + buf * ds_bytes(); }
   FA_HD constexpr int lse_offset(int stage) const { return ds_offset(2) + stage * stat_bytes(); }
   FA_HD constexpr int dsum_offset(int stage) const { return ds_offset(2) + (stages + stage) * stat_bytes(); }
+  FA_HD constexpr int dq_offset(int consumer) const {
+    return ds_offset(2) + 2 * stages * stat_bytes() + consumer * dq_bytes();
+  }
   // kv_full, then full and empty per stage, 8 bytes each.
   FA_HD constexpr int barriers() const { return 1 + 2 * stages; }
-  FA_HD constexpr int barrier_offset() const { return ds_offset(2) + 2 * stages * stat_bytes(); }
+  FA_HD constexpr int barrier_offset() const { return dq_offset(consumer_warpgroups()); }
   FA_HD constexpr int smem_bytes() const { return barrier_offset() + barriers() * 8 + int(kSwizzleAtomBytes); }
   FA_HD constexpr bool registers_fit() const {
     return kWarpgroupThreads * (producer_regs + consumer_warpgroups() * consumer_regs) <= 65536;
@@ -60,11 +65,12 @@ struct Sm90BwdTile {
 // The compiled buckets' tiles (head_dim 0: none; head dims above 128 stay with cuda_sm80). 128 keys by 64
 // query rows: per consumer thread dK and dV take head_dim / 2 fp32 registers each (64 at D = 128), S^T and
 // dP^T 32 each, the dQ slice 32, P and dS packed 16 each. Shared memory at D = 128: K + V 64 KB, Q and
-// dO 2 x 2 x 16 KB, dS^T 2 x 16 KB, 161 KB in all.
+// dO 2 x 2 x 16 KB, dS^T 2 x 16 KB, the two dQ copies 2 x 16 KB, 193 KB in all.
 // `general`: the softcap/ALiBi instance, whose consumers also hold the score transform's state: 240
-// registers for them, 24 for the producer (32 / 232 otherwise); the split is the only difference.
+// registers for them, 32 for the producer (40 / 232 otherwise: the producer warpgroup also runs the dQ writer); the
+// split is the only difference.
 FA_HD constexpr Sm90BwdTile bwd_tile(int bucket, bool general = false) {
-  const int producer = general ? 24 : 32, consumer = general ? 240 : 232;
+  const int producer = general ? 32 : 40, consumer = general ? 240 : 232;
   if (bucket == 64) return Sm90BwdTile{64, 128, 64, 2, producer, consumer};
   if (bucket == 128) return Sm90BwdTile{128, 128, 64, 2, producer, consumer};
   return Sm90BwdTile{};

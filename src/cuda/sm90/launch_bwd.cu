@@ -4,7 +4,9 @@
 // kernel without dQ and then sm80's dQ kernel, which computes each query tile's dQ whole (no atomics), so
 // dq, dk and dv are bitwise repeatable. Workspaces (stream-ordered, freed when this function returns,
 // after the kernels are enqueued): D (fp32 per query row and head) and, unless deterministic, dq_accum
-// (fp32 in attn/dq_accum.h's blocked layout).
+// (fp32: in whole query tiles, sm90/dq_tiles.h, when the main kernel adds dQ by bulk reductions, else in
+// attn/dq_accum.h's blocked layout; the D kernel clears it and the convert kernel reads it through that
+// layout's policy).
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -20,6 +22,7 @@
 #include "cuda/common/workspace.h"
 #include "cuda/sm80/launch.h"
 #include "cuda/sm90/bwd_tile.h"
+#include "cuda/sm90/dq_tiles.h"
 #include "cuda/sm90/launch.h"
 
 namespace flashattn::detail::cuda::sm90 {
@@ -50,14 +53,18 @@ void launch_bwd(BwdArgs args, cudaStream_t stream) {
   args.base.dsum = dsum.as<float>();
   // The deterministic mode: the main kernel without dQ, then sm80's dQ kernel (per query tile, no atomics).
   const bool atomics = !p.deterministic && rows > 0;
-  Workspace dq_accum(atomics ? size_t(attn::dq_accum_elems(p.total_q, p.heads, p.head_dim)) * sizeof(float) : 0,
-                     stream);
+  const int64_t dq_elems = args.dq_bulk ? dq_tiles(p.varlen(), p.batch, p.seqlen_q, p.total_q) * p.heads *
+                                              bwd_bucket(p.head_dim) * kDqTileRows
+                                        : attn::dq_accum_elems(p.total_q, p.heads, p.head_dim);
+  Workspace dq_accum(atomics ? size_t(dq_elems) * sizeof(float) : 0, stream);
   args.base.dq_accum = atomics ? dq_accum.as<float>() : nullptr;
   dispatch_dtype<false>(p.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (rows > 0) {
-      attn::bwd_dsum_kernel<T><<<grid_1d(ceil_div(rows, attn::kPrepostThreads / 32), "sm90 backward D"),
-                                 attn::kPrepostThreads, 0, stream>>>(args.base);
+      const auto dsum_kernel =
+          args.dq_bulk ? attn::bwd_dsum_kernel<T, TiledDqLayout> : attn::bwd_dsum_kernel<T, attn::BlockedDqLayout>;
+      dsum_kernel<<<grid_1d(ceil_div(rows, attn::kPrepostThreads / 32), "sm90 backward D"), attn::kPrepostThreads, 0,
+                    stream>>>(args.base);
       FA_CUDA_CHECK_LAUNCH("sm90 backward D kernel");
     }
     run_bwd_bucket<T>(args, bwd_bucket(p.head_dim), stream);
@@ -65,9 +72,10 @@ void launch_bwd(BwdArgs args, cudaStream_t stream) {
       attn::head_dim_switch(attn::head_dim_bucket(p.head_dim),
                             [&](auto bucket) { sm80::run_bwd_dq<T, decltype(bucket)::value>(args.base, stream); });
     if (atomics) {
-      attn::bwd_dq_convert_kernel<T>
-          <<<grid_1d(ceil_div(rows * (p.head_dim / 8), attn::kPrepostThreads), "sm90 backward dQ convert"),
-             attn::kPrepostThreads, 0, stream>>>(args.base);
+      const auto convert_kernel = args.dq_bulk ? attn::bwd_dq_convert_kernel<T, TiledDqLayout>
+                                               : attn::bwd_dq_convert_kernel<T, attn::BlockedDqLayout>;
+      convert_kernel<<<grid_1d(ceil_div(rows * (p.head_dim / 8), attn::kPrepostThreads), "sm90 backward dQ convert"),
+                       attn::kPrepostThreads, 0, stream>>>(args.base);
       FA_CUDA_CHECK_LAUNCH("sm90 backward dQ convert kernel");
     }
   });
