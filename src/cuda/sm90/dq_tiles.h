@@ -21,7 +21,7 @@
 
 #include "api/problem.h"
 #include "common/host_device.h"
-#include "common/score.h"
+#include "common/index_bounds.h"
 #include "cuda/sm90/bwd_tile.h"
 
 namespace flashattn::detail::cuda::sm90 {
@@ -76,10 +76,11 @@ struct TiledDqLayout {
       else
         hi = mid;
     }
-    const SeqRange seq = seq_range(p, lo);
-    const int64_t i = row - seq.q_start;
-    if (i < 0 || i >= seq.sq) return -1;
-    return dq_offset(dq_first_tile(true, lo, p.seqlen_q, seq.q_start), i, h, int(dim), p.heads, bucket);
+    // The query span as seq_range computes it (common/score.h), without reading cu_seqlens_k.
+    const PackedSpan q = packed_span(p.cu_seqlens_q[lo], p.cu_seqlens_q[lo + 1], p.total_q, p.seqlen_q);
+    const int64_t i = row - q.start;
+    if (i < 0 || i >= q.len) return -1;
+    return dq_offset(dq_first_tile(true, lo, p.seqlen_q, q.start), i, h, int(dim), p.heads, bucket);
   }
   FA_HD static int zero_chunks(const BwdProblem& p) { return bwd_bucket(p.head_dim) / 8; }
 };
