@@ -418,15 +418,20 @@ __global__ void __launch_bounds__(bwd_tile(kHeadDim).threads(), 1) bwd_kernel(co
     if constexpr (!kBulk) Consumer::keys_by_dims(dk, da, q_tile);
     wgmma::commit_group();
 
-    if constexpr (kBulk) {
-      // dS^T into this step's buffer, visible to the async proxy of both warpgroups (or this one's) before dQ.
-      T* ds_tile = ds_tiles + (i & 1) * kDsElems;
-      Consumer::store_packed(ds_tile, da, key_row0 + 16 * warp, lane);
+    // dS^T into this step's buffer, visible to the async proxy of both warpgroups (or this one's) before dQ.
+    constexpr bool kDqSplit = Consumer::kTile.dq_split_columns();
+    const auto share_ds = [&] {
+      T* tile = ds_tiles + (i & 1) * kDsElems;
+      Consumer::store_packed(tile, da, key_row0 + 16 * warp, lane);
       wgmma::fence_proxy_async();
-      if constexpr (kTile.dq_split_columns())
+      if constexpr (kDqSplit)
         async::named_barrier_sync(kBwdDsBarrier, kConsumerThreads);
       else
         async::named_barrier_sync(kBwdDsBarrier + uint32_t(consumer), kWarpgroupThreads);
+      return tile;
+    };
+    if constexpr (kBulk) {
+      T* ds_tile = share_ds();
       float dq[Consumer::kDqFrags][4];
       Consumer::dq_issue(dq, ptx::smem_addr(ds_tile), base + uint32_t(kTile.k_offset()), consumer);
       Consumer::keys_by_dims(dk, da, q_tile);
@@ -455,14 +460,8 @@ __global__ void __launch_bounds__(bwd_tile(kHeadDim).threads(), 1) bwd_kernel(co
       wgmma::fence_operands(da);
       async::mbarrier_arrive(bars.empty(st.stage));  // the tensor cores are done reading Q and dO
     } else if constexpr (kDq) {
-      // dS^T as above; dQ after dV and dK, then each thread's reductions of its dQ pairs.
-      T* ds_tile = ds_tiles + (i & 1) * kDsElems;
-      Consumer::store_packed(ds_tile, da, key_row0 + 16 * warp, lane);
-      wgmma::fence_proxy_async();
-      if constexpr (kTile.dq_split_columns())
-        async::named_barrier_sync(kBwdDsBarrier, kConsumerThreads);
-      else
-        async::named_barrier_sync(kBwdDsBarrier + uint32_t(consumer), kWarpgroupThreads);
+      // dQ after dV and dK, then each thread's reductions of its dQ pairs.
+      T* ds_tile = share_ds();
       float dq[Consumer::kDqFrags][4];
       Consumer::dq_issue(dq, ptx::smem_addr(ds_tile), base + uint32_t(kTile.k_offset()), consumer);
       wgmma::wait_group<0>();
