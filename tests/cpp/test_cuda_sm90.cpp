@@ -324,6 +324,28 @@ TEST(CudaSm90Host, PanelRowsAreContiguous) {
       }
 }
 
+// setmaxnreg.inc only takes back what the CTA's setmaxnreg.dec released: with 384 threads the launch gives
+// 168 registers a thread, so three warpgroups share 504 per lane. The backward's softcap/ALiBi split once
+// asked 32 + 2 x 240 = 512 and hung on the GPU (its consumers waited for registers forever).
+TEST(CudaSm90Host, SetmaxnregBudgetIsTheLaunchAllocation) {
+  EXPECT_TRUE(sm90::setmaxnreg_fits(3, 24, 240));
+  EXPECT_TRUE(sm90::setmaxnreg_fits(3, 40, 232));
+  EXPECT_FALSE(sm90::setmaxnreg_fits(3, 32, 240));
+  EXPECT_FALSE(sm90::setmaxnreg_fits(3, 48, 232));
+  EXPECT_TRUE(sm90::setmaxnreg_fits(2, 24, 256));  // 256 threads: 255 a thread at launch
+  for (bool general : {false, true}) {
+    for (int bucket : {64, 128}) {
+      const sm90::Sm90BwdTile b = sm90::bwd_tile(bucket, general);
+      EXPECT_TRUE(b.registers_fit()) << bucket << " " << general;
+      EXPECT_EQ(b.producer_regs + 2 * b.consumer_regs, 504) << "the split leaves registers unused";
+    }
+    for (int bucket : {64, 128, 192, 256}) {
+      const sm90::Sm90FwdTile f = sm90::fwd_tile(bucket, general);
+      if (f.head_dim != 0) EXPECT_TRUE(f.registers_fit()) << bucket << " " << general;
+    }
+  }
+}
+
 TEST(CudaSm90Host, TileTableFitsHopper) {
   constexpr int kSmemOptin = 227 * 1024;  // sm_90's opt-in shared memory per CTA
   for (int bucket : {64, 96, 128, 160, 192, 224, 256}) {

@@ -58,7 +58,7 @@ struct Sm90BwdTile {
   FA_HD constexpr int barrier_offset() const { return dq_offset(consumer_warpgroups()); }
   FA_HD constexpr int smem_bytes() const { return barrier_offset() + barriers() * 8 + int(kSwizzleAtomBytes); }
   FA_HD constexpr bool registers_fit() const {
-    return kWarpgroupThreads * (producer_regs + consumer_warpgroups() * consumer_regs) <= 65536;
+    return setmaxnreg_fits(1 + consumer_warpgroups(), producer_regs, consumer_regs);
   }
 };
 
@@ -67,10 +67,10 @@ struct Sm90BwdTile {
 // dP^T 32 each, the dQ slice 32, P and dS packed 16 each. Shared memory at D = 128: K + V 64 KB, Q and
 // dO 2 x 2 x 16 KB, dS^T 2 x 16 KB, the two dQ copies 2 x 16 KB, 193 KB in all.
 // `general`: the softcap/ALiBi instance, whose consumers also hold the score transform's state: 240
-// registers for them, 32 for the producer (40 / 232 otherwise: the producer warpgroup also runs the dQ writer); the
-// split is the only difference.
+// registers for them, 24 for the producer (40 / 232 otherwise: the producer warpgroup also runs the dQ
+// writer); the split is the only difference. Each split uses the whole pool of 504 (setmaxnreg_fits).
 FA_HD constexpr Sm90BwdTile bwd_tile(int bucket, bool general = false) {
-  const int producer = general ? 32 : 40, consumer = general ? 240 : 232;
+  const int producer = general ? 24 : 40, consumer = general ? 240 : 232;
   if (bucket == 64) return Sm90BwdTile{64, 128, 64, 2, producer, consumer};
   if (bucket == 128) return Sm90BwdTile{128, 128, 64, 2, producer, consumer};
   return Sm90BwdTile{};

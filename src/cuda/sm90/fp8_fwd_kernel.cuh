@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1) fp8_fwd_kernel(const
   constexpr uint32_t kConsumerThreads = 2 * kWarpgroupThreads;
   static_assert(kTile.head_dim == 128 && kBlockN == 128 && kBlockM == 2 * kWgmmaRows,
                 "one 128-byte panel per row of Q, K and V^T; m64n128k32 products");
-  static_assert(kWarpgroupThreads * (56 + 2 * 224) <= 65536, "setmaxnreg budgets exceed the register file");
+  static_assert(setmaxnreg_fits(3, 56, 224), "setmaxnreg budgets exceed the CTA's registers");
 
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw_addr = ptx::smem_addr(smem_raw);

@@ -24,6 +24,17 @@ inline constexpr int kWarpgroupThreads = 128;
 inline constexpr int kWgmmaRows = 64;               // wgmma's M: the rows of one consumer warpgroup
 inline constexpr int kSmemOptinBytes = 227 * 1024;  // dynamic shared memory a CTA may opt into on sm_90
 
+// Whether warpgroups at these setmaxnreg budgets fit the registers the CTA holds. setmaxnreg.inc takes
+// registers only from those the CTA's own setmaxnreg.dec released, never more from the SM, so the pool is
+// what the launch gave: per thread 64K / threads rounded down to the allocation unit of 8 (168 for 384
+// threads, so 504 per lane of the three warpgroups, not 512). A split over that budget does not fail to
+// launch: the consumers' setmaxnreg.inc waits for registers that never come, and the kernel hangs.
+FA_HD constexpr bool setmaxnreg_fits(int warpgroups, int producer_regs, int consumer_regs) {
+  const int threads = warpgroups * kWarpgroupThreads;
+  const int launch_regs = (65536 / threads) / 8 * 8 < 255 ? (65536 / threads) / 8 * 8 : 255;
+  return producer_regs + (warpgroups - 1) * consumer_regs <= warpgroups * launch_regs;
+}
+
 // One head-dim bucket's tile (sm90 fwd_tile below). Why these numbers: docs/kernels.md, "cuda_sm90 forward".
 // The dynamic tile scheduler's ring (fwd_kernel.cuh, DynamicTiles): draw j uses slot j % kSchedSlots in
 // that slot's phase (j / kSchedSlots) & 1, as tile j of pipeline.h's ring (tested against PipelineState).
@@ -60,9 +71,8 @@ struct Sm90FwdTile {
   FA_HD constexpr int barrier_offset() const { return q_bytes() * (o_separate() ? 2 : 1) + 2 * stages * kv_bytes(); }
   // Dynamic shared memory to request: the above plus 1024 for aligning the base to the swizzle atom.
   FA_HD constexpr int smem_bytes() const { return barrier_offset() + barriers() * 8 + int(kSwizzleAtomBytes); }
-  // Register budget after setmaxnreg: every warpgroup's registers fit the SM's 64K.
   FA_HD constexpr bool registers_fit() const {
-    return kWarpgroupThreads * (producer_regs + consumer_warpgroups() * consumer_regs) <= 65536;
+    return setmaxnreg_fits(1 + consumer_warpgroups(), producer_regs, consumer_regs);
   }
 };
 
