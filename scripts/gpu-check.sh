@@ -192,13 +192,13 @@ if wants sm90; then
   step sm90-tests-dynamic 60 env FLASHATTN_SM90_PERSISTENT=1 FLASHATTN_SM90_DYNAMIC=1 "$TESTS" \
     --gtest_filter="$sm90_filter" --gtest_brief=1
   step sm90-tests-tma-store 100 env FLASHATTN_SM90_TMA_STORE=1 "$TESTS" --gtest_filter="$sm90_filter" --gtest_brief=1
-  # The backward's dQ through bulk reductions (opt-in until it has run): its own tests and the backward catalogue
-  # forced on cuda_sm90, and memcheck / racecheck of its boundary test.
-  step sm90-tests-bwd-bulk 100 env FLASHATTN_SM90_BWD_DQ_BULK=1 "$TESTS" \
+  # The backward's dQ modes: the bulk reductions (default) under memcheck / racecheck on its boundary and
+  # varlen tests, and the per-thread reductions (the A/B arm) over the backward catalogue forced on cuda_sm90.
+  step sm90-tests-bwd-reductions 100 env FLASHATTN_SM90_BWD_DQ_BULK=0 "$TESTS" \
     --gtest_filter='*BackendBackward*cuda_sm90*:CudaSm90.Backward*:*Scale*cuda_sm90*' --gtest_brief=1
   for tool in memcheck racecheck; do
-    step "sm90-$tool-bwd-bulk" 90 env FLASHATTN_SM90_BWD_DQ_BULK=1 compute-sanitizer --tool "$tool" --error-exitcode 99 \
-      "$TESTS" --gtest_filter='CudaSm90.BackwardAtTileAndStepBoundaries' --gtest_brief=1
+    step "sm90-$tool-bwd" 120 compute-sanitizer --tool "$tool" --error-exitcode 99 "$TESTS" \
+      --gtest_filter='CudaSm90.BackwardAtTileAndStepBoundaries:CudaSm90.BackwardVarlenWindowAndGqa' --gtest_brief=1
   done
   # The native FP8 forward (opt-in until it has run): the FP8 tests force every backend, cuda_sm90 included;
   # memcheck on them too.
