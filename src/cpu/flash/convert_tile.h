@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "cpu/common/elem.h"
@@ -70,7 +71,38 @@ FLASH_INLINE __m512 e4m3x16_to_ps(__m256i w) {
   const __mmask16 nan = _mm256_cmpeq_epi16_mask(mag, _mm256_set1_epi16(0x7F));
   return _mm512_mask_blend_ps(nan, f, _mm512_set1_ps(__builtin_nanf("")));
 }
+#elif defined(FLASH_AVX2)
+namespace avx2 {
+// 8 bf16 / f16 / e4m3 codes (zero-extended to 16 bits) as fp32; e4m3 as in the AVX-512 build.
+FLASH_INLINE __m256 bf16x8_to_ps(__m128i h) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+FLASH_INLINE __m256 e4m3x8_to_ps(__m128i w) {
+  const __m128i mag = _mm_and_si128(w, _mm_set1_epi16(0x7F));
+  const __m128i sign = _mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x80)), 8);
+  const __m256 f = _mm256_mul_ps(_mm256_cvtph_ps(_mm_or_si128(sign, _mm_slli_epi16(mag, 7))), _mm256_set1_ps(256.0f));
+  const __m256 nan = _mm256_castsi256_ps(_mm256_cvtepi16_epi32(_mm_cmpeq_epi16(mag, _mm_set1_epi16(0x7F))));
+  return _mm256_blendv_ps(f, _mm256_set1_ps(__builtin_nanf("")), nan);
+}
+// Round to nearest even to bf16 (NaNs keep a set quiet bit), in the low 16 bits of each 32-bit lane.
+FLASH_INLINE __m256i ps_to_bf16x8(__m256 x) {
+  const __m256i u = _mm256_castps_si256(x);
+  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7FFF))), 16);
+  const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+  return _mm256_blendv_epi8(rounded, quiet, _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)));
+}
+}  // namespace avx2
 #endif
+
+// Bytes of one storage element.
+template <DType DT>
+constexpr int64_t elem_bytes() {
+  return DT == DType::f32 ? 4 : DT == DType::fp8_e4m3 ? 1 : 2;
+}
+
+template <DType DT>
+FLASH_INLINE VecF load16(const void* base, int64_t off);
 
 // Elements [off, off + n) of a storage array as fp32 lanes 0..n-1 (n <= 16); the other lanes are 0.
 template <DType DT>
@@ -86,14 +118,18 @@ FLASH_INLINE VecF load_n(const void* base, int64_t off, int n) {
     if constexpr (DT == DType::f16) return {_mm512_cvtph_ps(h)};
     return {_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))};
   }
+#elif defined(FLASH_AVX2)
+  if (n == kLanes) return load16<DT>(base, off);
+  // No 8- or 16-bit masked loads in AVX2: the n elements go through a zeroed buffer.
+  alignas(32) unsigned char buf[16 * elem_bytes<DT>()] = {};
+  std::memcpy(buf, static_cast<const unsigned char*>(base) + off * elem_bytes<DT>(), size_t(n) * elem_bytes<DT>());
+  return load16<DT>(buf, 0);
 #else
   VecF r = zeros();
   for (int l = 0; l < n; ++l) r.v[l] = load_float(base, off + l, DT);
   return r;
 #endif
 }
-
-// Elements [off, off + 16) as fp32.
 template <DType DT>
 FLASH_INLINE VecF load16(const void* base, int64_t off) {
 #if defined(FLASH_AVX512)
@@ -106,6 +142,19 @@ FLASH_INLINE VecF load16(const void* base, int64_t off) {
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(base) + off));
     if constexpr (DT == DType::f16) return {_mm512_cvtph_ps(h)};
     return {_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))};
+  }
+#elif defined(FLASH_AVX2)
+  if constexpr (DT == DType::f32) {
+    return load(static_cast<const float*>(base) + off);
+  } else if constexpr (DT == DType::fp8_e4m3) {
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint8_t*>(base) + off));
+    return {avx2::e4m3x8_to_ps(_mm_cvtepu8_epi16(bytes)),
+            avx2::e4m3x8_to_ps(_mm_cvtepu8_epi16(_mm_srli_si128(bytes, 8)))};
+  } else {
+    const auto* p = reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(base) + off);
+    const __m128i lo = _mm_loadu_si128(p), hi = _mm_loadu_si128(p + 1);
+    if constexpr (DT == DType::f16) return {_mm256_cvtph_ps(lo), _mm256_cvtph_ps(hi)};
+    return {avx2::bf16x8_to_ps(lo), avx2::bf16x8_to_ps(hi)};
   }
 #else
   return load_n<DT>(base, off, kLanes);
@@ -136,6 +185,28 @@ FLASH_INLINE void store_n(void* base, int64_t off, VecF x, int n) {
     }
     _mm256_mask_storeu_epi16(static_cast<uint16_t*>(base) + off, m, h);
   }
+#elif defined(FLASH_AVX2)
+  alignas(32) unsigned char buf[16 * elem_bytes<DT>()];
+  unsigned char* dst = n == kLanes ? static_cast<unsigned char*>(base) + off * elem_bytes<DT>() : buf;
+  if constexpr (DT == DType::f32) {
+    store(reinterpret_cast<float*>(dst), x);
+  } else {
+    __m128i lo, hi;
+    if constexpr (DT == DType::f16) {
+      lo = _mm256_cvtps_ph(x.lo, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      hi = _mm256_cvtps_ph(x.hi, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    } else {
+      // packus interleaves the two inputs by 128-bit lane; the permute puts lanes 0..15 back in order.
+      const __m256i packed = _mm256_permute4x64_epi64(
+          _mm256_packus_epi32(avx2::ps_to_bf16x8(x.lo), avx2::ps_to_bf16x8(x.hi)), _MM_SHUFFLE(3, 1, 2, 0));
+      lo = _mm256_castsi256_si128(packed);
+      hi = _mm256_extracti128_si256(packed, 1);
+    }
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), lo);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst) + 1, hi);
+  }
+  if (n < kLanes)
+    std::memcpy(static_cast<unsigned char*>(base) + off * elem_bytes<DT>(), buf, size_t(n) * elem_bytes<DT>());
 #else
   for (int l = 0; l < n; ++l) store_float(base, off + l, DT, x.v[l]);
 #endif

@@ -11,7 +11,9 @@
 // dK = dS Q, dQ = dS^T K) reads its operands in the layout they were produced in, without transposes.
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
+#include <utility>
 
 #include "cpu/flash/tile_config.h"
 #include "cpu/flash/vec16.h"
@@ -73,29 +75,33 @@ void micro_kernel(const float* a, int64_t a_ss, const float* b, int64_t b_ss, fl
 template <ALayout AL, CInit CI>
 using MicroKernelFn = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t, int64_t, const float*);
 
+template <ALayout AL, CInit CI, int Rows, int... Strips>
+constexpr std::array<MicroKernelFn<AL, CI>, sizeof...(Strips)> micro_kernel_row(std::integer_sequence<int, Strips...>) {
+  return {micro_kernel<Rows, Strips + 1, AL, CI>...};
+}
+
+// [rows - 1][strips - 1]: every block shape up to kMicroRows x kMicroStrips.
 template <ALayout AL, CInit CI, int... Rows>
-struct MicroKernelTable {
-  // [rows - 1][strips - 1]
-  static constexpr MicroKernelFn<AL, CI> fns[kMicroRows][kMicroStrips] = {
-      {micro_kernel<Rows, 1, AL, CI>, micro_kernel<Rows, 2, AL, CI>, micro_kernel<Rows, 3, AL, CI>}...};
-};
+constexpr auto micro_kernel_table(std::integer_sequence<int, Rows...>) {
+  return std::array{micro_kernel_row<AL, CI, Rows + 1>(std::make_integer_sequence<int, kMicroStrips>{})...};
+}
 
 // C (M rows x n_strips strips) op= A (M x K) B (K x n_strips strips). a/b/c point at element (0, 0);
 // col_scale (CInit::load_scaled only) holds 16 * n_strips factors.
 template <ALayout AL, CInit CI>
 void gemm(int64_t M, int64_t n_strips, int64_t K, const float* a, int64_t a_ss, const float* b, int64_t b_ss, float* c,
           int64_t c_ss, const float* col_scale = nullptr) {
-  static_assert(kMicroRows == 8 && kMicroStrips == 3, "the kernel table below lists 1..8 rows, 1..3 strips");
-  using Table = MicroKernelTable<AL, CI, 1, 2, 3, 4, 5, 6, 7, 8>;
-  // Column blocks outside, row blocks inside: the B panel of a column block (K x 48 floats) is reused by
+  static_assert(kLanes % kMicroRows == 0, "a row block of transposed A must not straddle a strip");
+  static constexpr auto kTable = micro_kernel_table<AL, CI>(std::make_integer_sequence<int, kMicroRows>{});
+  // Column blocks outside, row blocks inside: the B panel of a column block (K x 16 kMicroStrips floats) is reused by
   // every row block from L1, while A streams through once per column block.
   for (int64_t nb = 0; nb < n_strips; nb += kMicroStrips) {
     const int nv = int(std::min<int64_t>(kMicroStrips, n_strips - nb));
     for (int64_t m0 = 0; m0 < M; m0 += kMicroRows) {
       const int mr = int(std::min<int64_t>(kMicroRows, M - m0));
       const float* a_block = AL == ALayout::rows ? a + m0 * kLanes : a + (m0 / kLanes) * a_ss + m0 % kLanes;
-      Table::fns[mr - 1][nv - 1](a_block, a_ss, b + nb * b_ss, b_ss, c + nb * c_ss + m0 * kLanes, c_ss, K,
-                                 col_scale ? col_scale + nb * kLanes : nullptr);
+      kTable[mr - 1][nv - 1](a_block, a_ss, b + nb * b_ss, b_ss, c + nb * c_ss + m0 * kLanes, c_ss, K,
+                             col_scale ? col_scale + nb * kLanes : nullptr);
     }
   }
 }

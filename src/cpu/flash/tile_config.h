@@ -13,9 +13,16 @@ namespace flashattn::detail::cpu_flash::FLASH_ISA {
 // k step it issues 24 FMAs (12 cycles on two FMA ports) against 11 loads (3 vectors + 8 broadcasts, under
 // 6 cycles on two load ports), so it is bound by the FMAs, not by the loads. 8 rows also divide 16, so a row
 // block never straddles a strip, which the transposed-A layout relies on; a head dim that is not a multiple
-// of 8 ends in a partial row block (the kernel table has every row count from 1 to 8).
+// of 8 ends in a partial row block (the kernel table has every row count from 1 to kMicroRows).
+// With AVX2 a 16-lane vector is two of the 16 ymm registers: 4 rows x 1 strip = 8 accumulators, 2 B
+// registers and a broadcast (8 FMAs against 6 loads per k step); the AVX-512 block would need 48.
+#if defined(FLASH_AVX2)
+constexpr int kMicroRows = 4;
+constexpr int kMicroStrips = 1;
+#else
 constexpr int kMicroRows = 8;
 constexpr int kMicroStrips = 3;
+#endif
 
 // Rows of one (sequence, kv head) up to which forward uses the decode path (attend_decode.cpp) instead
 // of tiles: the tiled GEMMs put query rows in vector lanes, so fewer rows than a strip would leave most
