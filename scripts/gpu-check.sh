@@ -200,11 +200,17 @@ if wants sm90; then
     step "sm90-$tool-bwd" 120 compute-sanitizer --tool "$tool" --error-exitcode 99 "$TESTS" \
       --gtest_filter='CudaSm90.BackwardAtTileAndStepBoundaries:CudaSm90.BackwardVarlenWindowAndGqa' --gtest_brief=1
   done
-  # The native FP8 forward (opt-in until it has run): the FP8 tests force every backend, cuda_sm90 included;
+  # The native FP8 forward (opt-in until it beats cuda_fp8): the FP8 tests force every backend, cuda_sm90 included;
   # memcheck on them too.
   step sm90-tests-fp8 60 env FLASHATTN_SM90_FP8=1 "$TESTS" --gtest_filter='Fp8Forward*' --gtest_brief=1
+  step sm90-tests-fp8-no-pingpong 60 env FLASHATTN_SM90_FP8=1 FLASHATTN_SM90_PINGPONG=0 "$TESTS" \
+    --gtest_filter='Fp8Forward*' --gtest_brief=1
   step sm90-memcheck-fp8 90 compute-sanitizer --tool memcheck --error-exitcode 99 "$TESTS" \
     --gtest_filter='Fp8Forward*' --gtest_brief=1
+  for tool in racecheck synccheck; do  # the V^T transposers and the consumers' turns
+    step "sm90-$tool-fp8" 90 compute-sanitizer --tool "$tool" --error-exitcode 99 "$TESTS" \
+      --gtest_filter='Fp8ForwardSm90.*' --gtest_brief=1
+  done
   # SM90_SANITIZERS / SM90_COMPARE_ARGS trim the run when little device time is left.
   for tool in ${SM90_SANITIZERS:-memcheck racecheck synccheck}; do
     for ov in 0 1; do

@@ -11,9 +11,10 @@
 //     mask and online softmax of the 16-bit kernels on the fp32 accumulators (scale: softmax_scale x log2(e) x
 //     q_descale x k_descale), P x 2^8 packed to e4m3 in place (fp8_pack_source: each byte is one of the
 //     thread's own S values), O += P V^T (wgmma k32, P from registers), then O x v_descale / (2^8 l) stored as
-//     bf16 pairs from registers, and the LSE.
-// Written without a GPU (the layouts it relies on are host-checked); the dispatcher runs it only where it is
-// named (backend "cuda_sm90") or FLASHATTN_SM90_FP8=1 is set (sm90/backend.cpp) until it has run on one.
+//     bf16 pairs from registers, and the LSE. Tile n + 1's Q K^T is issued before tile n's P V, so that its
+//     softmax runs while P V is on the tensor cores, and the two warpgroups take turns at issuing (ping-pong).
+// The dispatcher runs it only where it is named (backend "cuda_sm90") or FLASHATTN_SM90_FP8=1 is set
+// (sm90/backend.cpp) until it measures faster than cuda_fp8's bf16 copies.
 
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -28,6 +29,7 @@ namespace flashattn::detail::cuda::sm90 {
 
 inline constexpr Sm90Fp8FwdTile kFp8Tile = fp8_fwd_tile(128);
 inline constexpr int kFp8Transposers = 3 * 32;  // warps 1-3 of the producer warpgroup
+inline constexpr uint32_t kFp8TurnBarrier = 1;  // named barriers 1, 2: the consumers' ping-pong turns
 
 // The mbarriers after the tiles: q_full, then per stage k_full, v_full (TMA bytes), vt_full (the
 // transposers' arrivals) and empty (the consumers').
@@ -82,7 +84,9 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1) fp8_fwd_kernel(const
   constexpr uint32_t kConsumerThreads = 2 * kWarpgroupThreads;
   static_assert(kTile.head_dim == 128 && kBlockN == 128 && kBlockM == 2 * kWgmmaRows,
                 "one 128-byte panel per row of Q, K and V^T; m64n128k32 products");
-  static_assert(setmaxnreg_fits(3, 56, 224), "setmaxnreg budgets exceed the CTA's registers");
+  // 40 / 232: the consumers hold O, the next tile's S and this tile's packed P at once (the overlap below);
+  // at 56 / 224 they spilled 84 bytes.
+  static_assert(setmaxnreg_fits(3, 40, 232), "setmaxnreg budgets exceed the CTA's registers");
 
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw_addr = ptx::smem_addr(smem_raw);
@@ -108,7 +112,7 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1) fp8_fwd_kernel(const
   const int hk = int(t.h) / args.group;
 
   if (warpgroup == 0) {
-    async::setmaxnreg_dec<56>();
+    async::setmaxnreg_dec<40>();
     if (threadIdx.x == 0) {
       async::prefetch_tensormap(&args.q_map);
       async::prefetch_tensormap(&args.k_map);
@@ -143,7 +147,7 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1) fp8_fwd_kernel(const
     return;
   }
 
-  async::setmaxnreg_inc<224>();
+  async::setmaxnreg_inc<232>();
   const int consumer = warpgroup - 1;
   const int tid = int(threadIdx.x) % kWarpgroupThreads, lane = tid & 31, warp = tid >> 5;
   const int wg_row0 = consumer * kWgmmaRows, warp_row0 = wg_row0 + 16 * warp;
@@ -159,37 +163,41 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1) fp8_fwd_kernel(const
   attn::OnlineSoftmax<1> softmax;
   softmax.init();
   float s[1][kSFrags][4];
-  PipelineState<kStages> ring;
-  if (t.n_begin < t.n_end) async::mbarrier_wait(bars.q_full, 0);
   const uint64_t q_desc = wgmma::smem_desc(base + kmajor_start(kBlockM, wg_row0, 0), 16, kSwizzleAtomBytes);
-  for (int n = t.n_begin; n < t.n_end; ++n) {
-    async::mbarrier_wait(bars.k_full(ring.stage), ring.full_parity());
+  // S = Q K^T of tile n (stage `at`) into s, issued and committed; the caller waits for it.
+  const auto issue_scores = [&](const PipelineState<kStages>& at) {
+    async::mbarrier_wait(bars.k_full(at.stage), at.full_parity());
 #pragma unroll
     for (int j = 0; j < kSFrags; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[0][j][e] = 0.0f;
-    const uint64_t k_desc = wgmma::smem_desc(base + uint32_t(kTile.k_offset(ring.stage)), 16, kSwizzleAtomBytes);
+    const uint64_t k_desc = wgmma::smem_desc(base + uint32_t(kTile.k_offset(at.stage)), 16, kSwizzleAtomBytes);
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < kQKSteps; ++kk)
       wgmma::mma_ss_m64k32_e4m3(s[0], wgmma::desc_advance(q_desc, kmajor_start(kBlockM, 0, kk)),
                                 wgmma::desc_advance(k_desc, kmajor_start(kBlockN, 0, kk)));
     wgmma::commit_group();
-    wgmma::wait_group<0>();
-    wgmma::fence_operands(s[0]);
+  };
 
+  // Mask and online softmax of key tile n in s; O's factors in rescale.
+  const auto softmax_only = [&](int n, float(&rescale)[1][2]) {
     const int64_t key0 = int64_t(n) * kBlockN;
     if (!attn::tile_fully_visible(mask, t.m0, t.m0 + t.valid_rows - 1, key0, key0 + kBlockN - 1))
       attn::mask_rowmajor(s, mask, t.m0 + warp_row0, key0, lane);
-    float rescale[1][2];
     softmax.update(s, rescale, scale);
+  };
+  const auto rescale_o = [&](const float(&rescale)[1][2]) {
     if (__any_sync(0xffffffffu, rescale[0][0] != 1.0f || rescale[0][1] != 1.0f)) {
 #pragma unroll
       for (int j = 0; j < kOFrags; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) o[j][e] *= rescale[0][e >> 1];
     }
-    uint32_t pa[kSteps][4];
+  };
+  uint32_t pa[kSteps][4];  // P of tile n as e4m3, read by its P V until that product is waited for
+  // P x 2^8 packed to e4m3 from s (each byte one of this thread's own values).
+  const auto pack_p = [&] {
 #pragma unroll
     for (int kk = 0; kk < kSteps; ++kk)
 #pragma unroll
@@ -202,19 +210,74 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1) fp8_fwd_kernel(const
         }
         pa[kk][r] = pack_e4m3x4(b[0], b[1], b[2], b[3]);
       }
-
-    async::mbarrier_wait(bars.vt_full(ring.stage), ring.full_parity());
-    const uint64_t vt_desc = wgmma::smem_desc(base + uint32_t(kTile.vt_offset(ring.stage)), 16, kSwizzleAtomBytes);
+  };
+  // O += P V^T of the tile in stage `at`, issued and committed.
+  const auto issue_pv = [&](const PipelineState<kStages>& at) {
+    async::mbarrier_wait(bars.vt_full(at.stage), at.full_parity());
+    const uint64_t vt_desc = wgmma::smem_desc(base + uint32_t(kTile.vt_offset(at.stage)), 16, kSwizzleAtomBytes);
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < kSteps; ++kk)
       wgmma::mma_rs_m64k32_e4m3(o, pa[kk], wgmma::desc_advance(vt_desc, kmajor_start(kTile.head_dim, 0, kk)));
     wgmma::commit_group();
+  };
+
+  // Software-pipelined as the 16-bit kernel's overlap (fwd_kernel.cuh): tile n + 1's Q K^T is issued before
+  // tile n's P V, and its softmax runs while that product is on the tensor cores; O's rescale for tile n + 1
+  // waits for the product. Every pass issues both products unconditionally and the last tile's P V is
+  // issued after the loop: a product issued under a condition while another is in flight makes ptxas
+  // serialise every wgmma of the kernel (C7514).
+  // Ping-pong (args.pingpong), as the 16-bit kernel's: the two warpgroups take turns at issuing their
+  // products (a turn: the products of one pass), so that one's softmax runs while the other's products
+  // occupy the tensor cores. Warpgroup c syncs on named barrier kFp8TurnBarrier + c, the other arrives
+  // there after its issue; consumer 1 hands warpgroup 0 the first turn and does not hand over after its
+  // last, so every sync has exactly one arrival (both warpgroups visit the same key tiles).
+  const bool pingpong = args.pingpong;
+  const uint32_t my_turn = kFp8TurnBarrier + uint32_t(consumer), other_turn = kFp8TurnBarrier + uint32_t(consumer ^ 1);
+  constexpr uint32_t kTurnThreads = 2 * kWarpgroupThreads;
+  PipelineState<kStages> ring;
+  int n = t.n_begin;
+  if (n < t.n_end) {
+    async::mbarrier_wait(bars.q_full, 0);
+    if (pingpong) {
+      async::named_barrier_arrive(consumer == 1, other_turn, kTurnThreads);
+      async::named_barrier_sync(my_turn, kTurnThreads);
+    }
+    issue_scores(ring);
+    async::named_barrier_arrive(pingpong, other_turn, kTurnThreads);
+    wgmma::wait_group<0>();
+    wgmma::fence_operands(s[0]);
+    float rescale[1][2];
+    softmax_only(n, rescale);  // O is still zero: nothing to rescale
+  }
+  for (; n + 1 < t.n_end; ++n) {
+    pack_p();
+    PipelineState<kStages> next = ring;
+    next.advance();
+    if (pingpong) async::named_barrier_sync(my_turn, kTurnThreads);
+    issue_scores(next);
+    issue_pv(ring);
+    async::named_barrier_arrive(pingpong, other_turn, kTurnThreads);
+    wgmma::wait_group<1>();  // groups complete in issue order: Q K^T of tile n + 1 is done
+    wgmma::fence_operands(s[0]);
+    float rescale[1][2];
+    softmax_only(n + 1, rescale);
     wgmma::wait_group<0>();
     wgmma::fence_operands(o);
     wgmma::fence_operands(pa);
     async::mbarrier_arrive(bars.empty(ring.stage));  // the tensor cores are done reading K, V^T (V was read before)
-    ring.advance();
+    rescale_o(rescale);
+    ring = next;
+  }
+  if (n < t.n_end) {
+    pack_p();
+    if (pingpong) async::named_barrier_sync(my_turn, kTurnThreads);
+    issue_pv(ring);
+    async::named_barrier_arrive(pingpong && consumer == 0, other_turn, kTurnThreads);
+    wgmma::wait_group<0>();
+    wgmma::fence_operands(o);
+    wgmma::fence_operands(pa);
+    async::mbarrier_arrive(bars.empty(ring.stage));
   }
 
   // Epilogue: O x v_descale / (2^8 l) as bf16 pairs, straight from the accumulators (row g and g + 8 of the
