@@ -1,10 +1,10 @@
 """A short training run through the Python API (issue 29): a tiny Llama built from a config (GQA 4:2, head dim
-64, no weights downloaded) trained for a few dozen AdamW steps on a fixed random batch, once with transformers'
-SDPA attention and once with attn_implementation="flashattn", from the same initial weights. Forward and
-backward of every step run through flashattn (its dispatcher: cpu_flash on the CPU; on Hopper the sm90 forward
-and backward). The two loss curves must agree step by step within the noise that rounding inside attention
-gives them, measured in the test: a third run with SDPA's math backend, whose curve differs from SDPA's default
-one only by that rounding; and both must fall."""
+64 or 128, no weights downloaded) trained for a few dozen AdamW steps on a fixed random batch, once with
+transformers' SDPA attention and once with attn_implementation="flashattn", from the same initial weights. Forward
+and backward of every step run through flashattn (its dispatcher: cpu_flash on the CPU; on Hopper the sm90
+forward, and the sm90 backward at head dim 128). The two loss curves must agree step by step within the noise that
+rounding inside attention gives them, measured in the test: a third run with SDPA's math backend, whose curve
+differs from SDPA's default one only by that rounding; and both must fall."""
 
 import copy
 
@@ -27,7 +27,10 @@ STEPS = 25
 # bf16 on an H100 the curves of flashattn and SDPA moved 5.5% apart by step 25), and at least this floor.
 NOISE_FACTOR = 3.0
 FLOOR = {torch.float32: 2e-3, torch.bfloat16: 1e-2}
-DEVICE_DTYPES = [("cpu", torch.float32), ("cuda", torch.float32), ("cuda", torch.bfloat16)]
+# Head dim 64 (on Hopper: the sm90 forward, cuda_sm80's backward, which the dispatcher keeps for head dims up to
+# 64) and 128 (the sm90 backward too).
+CASES = [("cpu", torch.float32, 64), ("cuda", torch.float32, 64), ("cuda", torch.bfloat16, 64),
+         ("cuda", torch.bfloat16, 128)]  # fmt: skip
 
 
 def losses(model, batch):
@@ -42,11 +45,11 @@ def losses(model, batch):
     return curve
 
 
-@pytest.mark.parametrize("device,dtype", DEVICE_DTYPES, ids=[f"{d}-{DTYPE_NAMES[t]}" for d, t in DEVICE_DTYPES])
-def test_loss_curve_matches_sdpa(device, dtype):
+@pytest.mark.parametrize("device,dtype,head_dim", CASES, ids=[f"{d}-{DTYPE_NAMES[t]}-d{h}" for d, t, h in CASES])
+def test_loss_curve_matches_sdpa(device, dtype, head_dim):
     require_device(device)
     fa_transformers.register()
-    config = transformers.LlamaConfig(**CONFIG)
+    config = transformers.LlamaConfig(**{**CONFIG, "head_dim": head_dim})
     torch.manual_seed(0)
     sdpa = transformers.LlamaForCausalLM._from_config(copy.deepcopy(config), attn_implementation="sdpa")
     math = transformers.LlamaForCausalLM._from_config(copy.deepcopy(config), attn_implementation="sdpa")
