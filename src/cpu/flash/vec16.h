@@ -38,6 +38,11 @@ namespace flashattn::detail::cpu_flash::FLASH_ISA {
 constexpr int kLanes = 16;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
+// 2^f for |f| <= 1/2: its Taylor series to degree 7 (truncation error (ln2 / 2)^8 / 8! ~ 5e-9), highest degree
+// first for Horner's scheme; every build's exp2 evaluates it.
+constexpr float kExp2Poly[8] = {
+    1.5252733804059838e-05f, 1.5403530393381606e-04f, 1.3333558146428441e-03f, 9.6181291076284772e-03f,
+    5.5504108664821576e-02f, 2.4022650695910071e-01f, 6.9314718055994531e-01f, 1.0f};
 
 #if defined(FLASH_AVX512)
 
@@ -142,8 +147,7 @@ FLASH_INLINE void transpose16(VecF* r) {
 
 // 2^x with |relative error| < 2^-23 on [-150, 128]; x below -150 gives 0 (so exp2(-inf) == 0), x above
 // 128 gives inf (so exp2(inf) == inf), and NaN gives NaN (a NaN score must reach the output, not vanish).
-// x = n + f with n an integer and |f| <= 1/2; 2^f by its Taylor series to degree 7 (truncation error
-// (ln2 / 2)^8 / 8! ~ 5e-9), then 2^n applied exactly by vscalefps.
+// x = n + f with n an integer and |f| <= 1/2; 2^f by kExp2Poly, then 2^n applied exactly by vscalefps.
 FLASH_INLINE VecF exp2(VecF x) {
   // The clamps keep n and f finite; vmaxps/vminps return their second operand when either is NaN, so
   // x goes second to carry a NaN through.
@@ -151,14 +155,8 @@ FLASH_INLINE VecF exp2(VecF x) {
   x.v = _mm512_min_ps(_mm512_set1_ps(129.0f), x.v);
   const __m512 n = _mm512_roundscale_ps(x.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 f = _mm512_sub_ps(x.v, n);
-  __m512 p = _mm512_set1_ps(1.5252733804059838e-05f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.5403530393381606e-04f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558146428441e-03f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291076284772e-03f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504108664821576e-02f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022650695910071e-01f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718055994531e-01f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  __m512 p = _mm512_set1_ps(kExp2Poly[0]);
+  for (int i = 1; i < 8; ++i) p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kExp2Poly[i]));
   return {_mm512_scalef_ps(p, n)};
 }
 
@@ -227,14 +225,8 @@ FLASH_INLINE __m256 exp2_8(__m256 x) {
   x = _mm256_min_ps(_mm256_set1_ps(129.0f), x);
   const __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m256 f = _mm256_sub_ps(x, n);
-  __m256 p = _mm256_set1_ps(1.5252733804059838e-05f);
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.5403530393381606e-04f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.3333558146428441e-03f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.6181291076284772e-03f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.5504108664821576e-02f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.4022650695910071e-01f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.9314718055994531e-01f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+  __m256 p = _mm256_set1_ps(kExp2Poly[0]);
+  for (int i = 1; i < 8; ++i) p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kExp2Poly[i]));
   const __m256 n1 = _mm256_floor_ps(_mm256_mul_ps(n, _mm256_set1_ps(0.5f)));
   const __m256 n2 = _mm256_sub_ps(n, n1);
   return _mm256_mul_ps(_mm256_mul_ps(p, pow2i(n1)), pow2i(n2));
@@ -401,14 +393,8 @@ FLASH_INLINE VecF exp2(VecF x) {
     xl = xl < 129.0f ? xl : (xl == xl ? 129.0f : xl);
     const float n = (xl + 12582912.0f) - 12582912.0f;
     const float f = xl - n;
-    float p = 1.5252733804059838e-05f;
-    p = p * f + 1.5403530393381606e-04f;
-    p = p * f + 1.3333558146428441e-03f;
-    p = p * f + 9.6181291076284772e-03f;
-    p = p * f + 5.5504108664821576e-02f;
-    p = p * f + 2.4022650695910071e-01f;
-    p = p * f + 6.9314718055994531e-01f;
-    p = p * f + 1.0f;
+    float p = kExp2Poly[0];
+    for (int i = 1; i < 8; ++i) p = p * f + kExp2Poly[i];
     const int32_t ni = xl == xl ? int32_t(n) : 0;
     const int32_t n1 = ni >> 1, n2 = ni - n1;  // n1 = floor(n / 2)
     r.v[l] = p * std::bit_cast<float>(uint32_t(n1 + 127) << 23) * std::bit_cast<float>(uint32_t(n2 + 127) << 23);
