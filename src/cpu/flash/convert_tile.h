@@ -130,6 +130,8 @@ FLASH_INLINE VecF load_n(const void* base, int64_t off, int n) {
   return r;
 #endif
 }
+
+// Elements [off, off + 16) as fp32.
 template <DType DT>
 FLASH_INLINE VecF load16(const void* base, int64_t off) {
 #if defined(FLASH_AVX512)

@@ -24,8 +24,8 @@
 #pragma GCC diagnostic pop
 #elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 // AVX2 with FMA and F16C: every x86-64-v3 CPU (Haswell and later, Zen 1 and later). Spelled out with
-// intrinsics rather than left to the array path's auto-vectorisation, which measured 5.7x slower than the
-// AVX-512 build on the same Zen 4 cores (bench/NOTES.md, session 23) and took 5x longer to compile.
+// intrinsics rather than left to the array path's auto-vectorisation: the arrays' register block does not
+// fit 16 ymm registers and their exp2 is a libm call per lane (bench/NOTES.md has the measurements).
 #define FLASH_AVX2 1
 #include <immintrin.h>
 #endif
@@ -217,7 +217,7 @@ FLASH_INLINE __m256 pow2i(__m256 n) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
 }
 FLASH_INLINE __m256 exp2_8(__m256 x) {
-  // As the AVX-512 exp2 below it in structure: clamps with x second to carry a NaN through, n = round(x),
+  // As the AVX-512 exp2 above in structure: clamps with x second to carry a NaN through, n = round(x),
   // the degree-7 polynomial of 2^f, then 2^n applied as two exact powers 2^n1 * 2^n2 (n1 = floor(n / 2)):
   // p * 2^n1 is exact and normal for every n in [-151, 129], so the one rounding is the last product's,
   // as vscalefps rounds once (subnormal results, 0 below 2^-150, inf above 2^128).
@@ -373,7 +373,7 @@ FLASH_INLINE VecF operator-(VecF a, VecF b) { FLASH_LANEWISE(a.v[l] - b.v[l]); }
 FLASH_INLINE VecF operator*(VecF a, VecF b) { FLASH_LANEWISE(a.v[l] * b.v[l]); }
 FLASH_INLINE VecF operator/(VecF a, VecF b) { FLASH_LANEWISE(a.v[l] / b.v[l]); }
 // Fused where the target has an FMA instruction; on baseline x86-64 (SSE2) std::fma is a libm call per lane,
-// which made the generic build ~100x slower than AVX-512, so there it is a multiply and an add.
+// far slower than the multiply and add it is there.
 #if defined(__FMA__) || defined(__ARM_FEATURE_FMA) || defined(__aarch64__)
 FLASH_INLINE VecF fma(VecF a, VecF b, VecF c) { FLASH_LANEWISE(std::fma(a.v[l], b.v[l], c.v[l])); }
 #else

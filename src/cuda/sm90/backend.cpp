@@ -145,8 +145,8 @@ cuda::attn::TileOrder fwd_tile_order(const FwdProblem& p, int block_m) {
                                        device.sms);
 }
 
-// The native FP8 forward measured slower than cuda_fp8's bf16 copies on its first run (0.73-0.81x our bf16
-// forward, H100, bench/NOTES.md session 23): the default path leaves FP8 calls to cuda_fp8 unless
+// The native FP8 forward measured slower than cuda_fp8's bf16 copies (0.73-0.81x our bf16 forward on an
+// H100, bench/NOTES.md session 23): the default path leaves FP8 calls to cuda_fp8 unless
 // FLASHATTN_SM90_FP8=1; a call naming cuda_sm90 runs it (the FP8 tests force every backend).
 std::string defer_fwd(const FwdProblem& p) {
   static const bool fp8_on = env_is("FLASHATTN_SM90_FP8", "1");
