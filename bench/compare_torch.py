@@ -43,9 +43,11 @@ import subprocess
 import sys
 
 # Not run unless asked: flashattn_sm80, flashattn forced onto cuda_sm80 both ways (the peer of a new kernel
-# generation that "flashattn" picks; scripts/gpu-check.sh --only sm90), and flashattn_det, flashattn's
-# default choice with deterministic=True (the backward's bitwise-repeatable mode).
-IMPLEMENTATIONS = ("flashattn", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "flashattn_sm80", "flashattn_det")
+# generation that "flashattn" picks; scripts/gpu-check.sh --only sm90), flashattn_det, flashattn's
+# default choice with deterministic=True (the backward's bitwise-repeatable mode), and flashattn_sm90 /
+# flashattn_sm90_det, forced onto cuda_sm90 (its calls the dispatcher defers to cuda_sm80, timed anyway).
+IMPLEMENTATIONS = ("flashattn", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "flashattn_sm80", "flashattn_det",
+                   "flashattn_sm90", "flashattn_sm90_det")
 DEFAULT_IMPLS = IMPLEMENTATIONS[:4]
 PEERS = IMPLEMENTATIONS[1:]
 DTYPES = ("bf16", "fp16")
@@ -80,7 +82,7 @@ def parse_args(argv=None):
                    help="fwd, fwdbwd and/or bwd (the backward alone) (default fwd,fwdbwd)")
     p.add_argument("--dtypes", type=_choice_list(DTYPES), default=DTYPES, help="bf16 and/or fp16 (default both)")
     p.add_argument("--impls", type=_choice_list(IMPLEMENTATIONS), default=DEFAULT_IMPLS,
-                   help="implementations to run (default all but flashattn_sm80 and flashattn_det)")
+                   help="implementations to run (default the first four: flashattn and the SDPA backends)")
     p.add_argument("--rep", type=int, default=100, help="timed ms per implementation and configuration, split "
                    "over the rounds (default 100)")
     p.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds per configuration (default 5)")
@@ -151,8 +153,8 @@ def make_forward(torch, name):
         import flashattn
 
         return (lambda q, k, v, causal: flashattn.flash_attn_func(q, k, v, causal=causal)), "bshd"
-    if name == "flashattn_sm80":
-        return _forced_backend_attention(torch, "cuda_sm80"), "bshd"
+    if name in ("flashattn_sm80", "flashattn_sm90", "flashattn_sm90_det"):
+        return _forced_backend_attention(torch, "cuda_" + name.split("_")[1], name.endswith("_det")), "bshd"
     if name == "flashattn_det":
         import flashattn
 
@@ -170,7 +172,7 @@ def make_forward(torch, name):
     return forward, "bhsd"
 
 
-def _forced_backend_attention(torch, backend):
+def _forced_backend_attention(torch, backend, deterministic=False):
     """fn(q, k, v, causal) -> out with forward and backward forced onto `backend` (flashattn.forward and
     flashattn.backward under autograd), to time one backend of ours beside the default choice."""
     import flashattn
@@ -186,7 +188,8 @@ def _forced_backend_attention(torch, backend):
         @staticmethod
         def backward(ctx, dout):
             q, k, v, out, lse = ctx.saved_tensors
-            dq, dk, dv = flashattn.backward(dout, q, k, v, out, lse, causal=ctx.causal, backend=backend)
+            dq, dk, dv = flashattn.backward(dout, q, k, v, out, lse, causal=ctx.causal, backend=backend,
+                                            deterministic=deterministic)
             return dq, dk, dv, None
 
     return lambda q, k, v, causal: Forced.apply(q, k, v, causal)

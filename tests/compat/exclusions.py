@@ -32,17 +32,31 @@ def pytest_addoption(parser):
     group = parser.getgroup("flashattn compat")
     group.addoption("--compat-sample", type=int, default=0, help="keep this many random cases (0: all)")
     group.addoption("--compat-seed", type=int, default=0, help="seed of --compat-sample")
-    group.addoption("--compat-shard", default="", help="K/N: keep the cases whose test id hashes to K mod N")
+    group.addoption("--compat-shard", default="", help="K/N, K1-K2/N or K1,K2/N: keep the cases whose test id hashes to one of the Ks mod N")
 
 
 def parse_shard(text):
-    """(K, N) of 'K/N' (0 <= K < N), or None for ''."""
+    """(shards, N) of 'K/N', 'K1-K2/N' (K1 to K2 inclusive) or 'K1,K2,.../N', each 0 <= K < N, shards a sorted
+    tuple; None for ''. One run over several shards collects flash-attn's file (~500k cases, most of a
+    shard's time) once for all of them."""
     if not text:
         return None
-    k, sep, n = text.partition("/")
-    if not sep or not k.isdigit() or not n.isdigit() or not 0 <= int(k) < int(n):
-        raise pytest.UsageError(f"--compat-shard: expected K/N with 0 <= K < N, got {text!r}")
-    return int(k), int(n)
+    spec, sep, n = text.partition("/")
+    shards = set()
+    ok = bool(sep) and n.isdigit() and int(n) > 0
+    for part in spec.split(",") if ok else []:
+        lo, dash, hi = part.partition("-")
+        if not lo.isdigit() or (dash and not hi.isdigit()):
+            ok = False
+            break
+        first, last = int(lo), int(hi) if dash else int(lo)
+        if not 0 <= first <= last < int(n):
+            ok = False
+            break
+        shards.update(range(first, last + 1))
+    if not ok:
+        raise pytest.UsageError(f"--compat-shard: expected K/N, K1-K2/N or K1,K2/N with 0 <= K < N, got {text!r}")
+    return tuple(sorted(shards)), int(n)
 
 
 def shard_of(nodeid, count):
@@ -73,9 +87,14 @@ def pytest_collection_modifyitems(session, config, items):
             dropped.setdefault(reason, []).append(item)
     shard = parse_shard(config.getoption("--compat-shard"))
     sampled_out = []
+    per_shard = {}
     if shard is not None:
-        sampled_out = [item for item in kept if shard_of(item.nodeid, shard[1]) != shard[0]]
-        kept = [item for item in kept if shard_of(item.nodeid, shard[1]) == shard[0]]
+        wanted, count = set(shard[0]), shard[1]
+        sampled_out = [item for item in kept if shard_of(item.nodeid, count) not in wanted]
+        kept = [item for item in kept if shard_of(item.nodeid, count) in wanted]
+        for item in kept:
+            k = shard_of(item.nodeid, count)
+            per_shard[k] = per_shard.get(k, 0) + 1
     sample = config.getoption("--compat-sample")
     if 0 < sample < len(kept):
         chosen = set(random.Random(config.getoption("--compat-seed")).sample(range(len(kept)), sample))
@@ -85,14 +104,16 @@ def pytest_collection_modifyitems(session, config, items):
     if deselected:
         config.hook.pytest_deselected(items=deselected)
     items[:] = kept
-    config._flashattn_compat = (dropped, len(sampled_out), len(kept))
+    config._flashattn_compat = (dropped, len(sampled_out), len(kept), per_shard)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    dropped, sampled_out, kept = getattr(config, "_flashattn_compat", ({}, 0, 0))
+    dropped, sampled_out, kept, per_shard = getattr(config, "_flashattn_compat", ({}, 0, 0, {}))
     terminalreporter.section("flashattn compatibility gate")
     for reason, group in dropped.items():
         terminalreporter.write_line(f"excluded {len(group):6d}: {reason}")
     if sampled_out:
         terminalreporter.write_line(f"not sampled {sampled_out:6d} (--compat-shard, --compat-sample)")
     terminalreporter.write_line(f"run {kept:6d}")
+    if len(per_shard) > 1:
+        terminalreporter.write_line("run per shard: " + ", ".join(f"{k}: {n}" for k, n in sorted(per_shard.items())))

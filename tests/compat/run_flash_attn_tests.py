@@ -5,6 +5,7 @@ einops, pytest and an installed flashattn built with CUDA. See docs/compat.md.
 
     python tests/compat/run_flash_attn_tests.py --fetch-only     # on a machine with network access
     python tests/compat/run_flash_attn_tests.py [--sample N] [--shard K/N] [-- pytest args]   # on the GPU machine
+    python tests/compat/run_flash_attn_tests.py --shard 9-20/64 -- -n 8   # several shards, one collection
     python tests/compat/run_flash_attn_tests.py --ids failed.txt -- -n 2   # only these test ids (a run's failures)
 
 The file is fetched once into tests/compat/.upstream/<commit>/ (ignored by git, never committed) and
@@ -68,7 +69,8 @@ def main():
     parser.add_argument("--sample", type=int, default=0, help="run this many random cases (0: all)")
     parser.add_argument("--seed", type=int, default=0, help="seed of --sample")
     parser.add_argument("--shard", default="", help="K/N: run shard K of N (a fixed split by test id; the N "
-                        "shards together are the whole file)")
+                        "shards together are the whole file); K1-K2/N or K1,K2/N: several shards in one run, "
+                        "which collects the file once")
     parser.add_argument("--ids", default="", help="a file of test ids (one per line, as pytest prints them after "
                         "FAILED, with or without the file name): run only those, e.g. a shard's failures again")
     parser.add_argument("pytest_args", nargs="*", help="passed to pytest (after --)")

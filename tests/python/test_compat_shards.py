@@ -30,12 +30,13 @@ def test_the_split_is_fixed():
     assert shard_of(IDS[0], 1) == 0
 
 
-@pytest.mark.parametrize("spec,expected", [("", None), ("0/4", (0, 4)), ("3/4", (3, 4))])
+@pytest.mark.parametrize("spec,expected", [("", None), ("0/4", ((0,), 4)), ("3/4", ((3,), 4)), ("1-3/64", ((1, 2, 3), 64)),
+                                           ("9,2,5-6/64", ((2, 5, 6, 9), 64)), ("0-0/1", ((0,), 1))])
 def test_parse_shard_accepts_k_of_n(spec, expected):
     assert parse_shard(spec) == expected
 
 
-@pytest.mark.parametrize("spec", ["4/4", "1", "a/b", "-1/3", "1/0"])
+@pytest.mark.parametrize("spec", ["4/4", "1", "a/b", "-1/3", "1/0", "3-1/4", "1-4/4", "1,/4", "1-/4", ",2/4"])
 def test_parse_shard_refuses_malformed_specs(spec):
     with pytest.raises(pytest.UsageError, match="--compat-shard"):
         parse_shard(spec)
