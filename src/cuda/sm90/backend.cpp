@@ -155,12 +155,13 @@ std::string defer_fwd(const FwdProblem& p) {
   return {};
 }
 
-// Backward calls where cuda_sm80's backward measured faster go to it (options.backend = "cuda_sm90" runs
-// them regardless): head dims up to 64, where the key split of dQ doubles its reductions (H100, S 1k-16k:
-// sm80 1.18-1.22x faster; bench/results/2026-12-07-h100-sm90-backward.md), and the deterministic mode, not
-// yet timed against sm80's.
+// Backward calls where cuda_sm80's backward measured as fast or faster go to it (options.backend =
+// "cuda_sm90" runs them regardless): head dims up to 64, where the key split of dQ doubles its reductions
+// (H100, S 1k-16k: sm90's bulk-reduced dQ at 0.94-1.07x sm80's speed;
+// bench/results/2026-12-07-h100-session23.md), and the deterministic mode, not yet timed against sm80's.
 std::string defer_bwd(const BwdProblem& p) {
-  if (bwd_bucket(p.head_dim) == 64) return "head_dim <= 64: cuda_sm80's backward measured 1.18-1.22x faster (H100)";
+  if (bwd_bucket(p.head_dim) == 64)
+    return "head_dim <= 64: cuda_sm90's backward measured 0.94-1.07x cuda_sm80's speed (H100)";
   if (p.deterministic) return "deterministic mode: not yet timed against cuda_sm80's";
   return {};
 }
