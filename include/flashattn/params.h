@@ -69,7 +69,7 @@ struct FwdParams {
 struct BwdParams : FwdParams {
   Tensor dout;
   Tensor dq, dk, dv;
-  // Ask for bitwise reproducible gradients (no floating-point atomics).
+  // Ask for bitwise reproducible gradients (every floating-point sum in the same order in every run).
   bool deterministic = false;
 };
 

@@ -173,11 +173,12 @@ TEST(CudaSm90Host, BackwardTileTableFitsHopper) {
     EXPECT_EQ(t.dq_bytes(), 4 * sm90::kDqBlockFloats);  // one block of dq_accum (dq_tiles.h)
     EXPECT_EQ(t.block_m, sm90::kDqTileRows);
     parts.push_back({t.barrier_offset(), 8 * t.barriers()});
+    parts.push_back({t.ticket_offset(), 8});
     std::sort(parts.begin(), parts.end());
     for (size_t i = 0; i + 1 < parts.size(); ++i) EXPECT_EQ(parts[i].first + parts[i].second, parts[i + 1].first);
     for (const auto& [offset, bytes] : parts)
       if (bytes % 1024 == 0) EXPECT_EQ(offset % 1024, 0) << offset;  // tiles; the fp32 rows and barriers are smaller
-    EXPECT_EQ(t.smem_bytes(), t.barrier_offset() + 8 * t.barriers() + 1024);
+    EXPECT_EQ(t.smem_bytes(), t.ticket_offset() + 8 + 1024);
   }
   EXPECT_EQ(sm90::bwd_bucket(40), 64);
   EXPECT_EQ(sm90::bwd_bucket(96), 128);
@@ -984,8 +985,8 @@ TEST(CudaSm90, BackwardVarlenWindowAndGqa) {
       }
 }
 
-// The dispatcher leaves to cuda_sm80 the backward calls it measured faster: head dims up to 64, and the
-// deterministic mode (not yet timed); the others (head dims 65-128) run here by default.
+// The dispatcher leaves to cuda_sm80 the backward calls it measured faster, head dims up to 64; the others
+// (head dims 65-128), deterministic or not, run here by default.
 TEST(CudaSm90, BackwardDefersWhereSm80MeasuredFaster) {
   const flashattn::detail::Backend& b = flashattn::detail::cuda_sm90_backend();
   ASSERT_NE(b.defer_bwd, nullptr);
@@ -999,12 +1000,14 @@ TEST(CudaSm90, BackwardDefersWhereSm80MeasuredFaster) {
     EXPECT_EQ(b.defer_bwd(p), "") << d;
   }
   p.deterministic = true;
-  EXPECT_NE(b.defer_bwd(p).find("deterministic"), std::string::npos);
+  EXPECT_EQ(b.defer_bwd(p), "");
+  p.head_dim = 64;
+  EXPECT_NE(b.defer_bwd(p).find("head_dim <= 64"), std::string::npos);
 }
 
-// The deterministic mode (the main kernel without dQ, then sm80's dQ kernel): within the criterion, and
-// dq, dk, dv bitwise equal from run to run, with GQA 4:1 (dK and dV summed over the group), causal and
-// not, at each bucket, varlen included.
+// The deterministic mode (ordered bulk reductions; with FLASHATTN_SM90_BWD_DQ_BULK=0 the main kernel
+// without dQ, then sm80's dQ kernel): within the criterion, and dq, dk, dv bitwise equal from run to run,
+// with GQA 4:1 (dK and dV summed over the group), causal and not, at each bucket, varlen included.
 TEST(CudaSm90, BackwardDeterministicIsBitwiseRepeatable) {
   FA_SKIP_WITHOUT_GPU(kBackend);
   uint64_t seed = 6100;
@@ -1041,6 +1044,49 @@ TEST(CudaSm90, BackwardDeterministicIsBitwiseRepeatable) {
         ASSERT_EQ(a->nbytes(), b->nbytes());
         EXPECT_EQ(std::memcmp(a->data(), b->data(), a->nbytes()), 0);
       }
+      if (HasFatalFailure()) return;
+    }
+}
+
+// The deterministic mode's ordered reductions where they have something to order: every query tile's dQ
+// gets 12 key tiles' additions (1500 keys), under GQA 4:1 (four heads' blocks per CTA step), unmasked,
+// causal (each query tile's key tiles a different run) and a sliding window (runs that start above key
+// tile 0); three runs bitwise equal, the first within the criterion.
+TEST(CudaSm90, BackwardDeterministicWithManyKeyTilesPerQueryTile) {
+  FA_SKIP_WITHOUT_GPU(kBackend);
+  uint64_t seed = 6200;
+  for (int64_t dim : {64, 128})
+    for (int shape = 0; shape < 3; ++shape) {
+      AttnConfig c;
+      c.dtype = (seed % 2) ? flashattn::DType::bf16 : flashattn::DType::f16;
+      c.head_dim = dim;
+      c.batch = 1;
+      c.heads = 8;
+      c.heads_k = 2;
+      c.seqlen_q = 700;
+      c.seqlen_k = 1500;
+      c.causal = shape == 1;
+      if (shape == 2) {
+        c.window_left = 400;
+        c.window_right = 300;
+      }
+      SCOPED_TRACE(c.name());
+      const AttnInputs in = make_inputs(c, ++seed);
+      BwdOutputs runs[3];
+      try {
+        const FwdOutputs fwd = run_forward(in, kBackend, flashattn::Device::cuda(0));
+        for (BwdOutputs& r : runs) r = run_backward(in, fwd, kBackend, flashattn::Device::cuda(0), true);
+      } catch (const flashattn::Error& e) {
+        if (e.status() != flashattn::Status::unsupported) throw;
+        GTEST_SKIP() << e.what();
+      }
+      expect_backward_within_criterion(runs[0], reference_backward(in), naive_lowp(in, true), c.dtype);
+      for (int r = 1; r < 3; ++r)
+        for (const auto& [x, y] : {std::pair{&runs[0].dq, &runs[r].dq}, std::pair{&runs[0].dk, &runs[r].dk},
+                                   std::pair{&runs[0].dv, &runs[r].dv}}) {
+          ASSERT_EQ(x->nbytes(), y->nbytes());
+          EXPECT_EQ(std::memcmp(x->data(), y->data(), x->nbytes()), 0) << "run " << r;
+        }
       if (HasFatalFailure()) return;
     }
 }

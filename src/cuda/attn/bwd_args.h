@@ -18,6 +18,7 @@ struct BwdArgs {
   ScoreArgs s;
   float* dsum = nullptr;      // D_i = rowsum(dO * O), fp32 at [h * total_q + global row]
   float* dq_accum = nullptr;  // fp32 dQ at dq_accum_offset(global row, h, d); nullptr: deterministic
+  float dq_scale = 1.0f;      // the convert kernel's factor: the scale a main kernel left out of dS
   int num_n_blocks = 0;       // key tiles per (sequence, kv head) of the main kernel (launch_bwd)
   int num_m_blocks = 0;       // query tiles per (sequence, head) of the deterministic dQ kernel
   // The tiled kernel's key tiles in the order of tile_order.h, with query tile m standing for key tile

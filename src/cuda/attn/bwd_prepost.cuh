@@ -4,8 +4,8 @@
 //  * bwd_dsum_kernel: D_i = rowsum(dO * O) in fp32 for every (query row, head), one warp per pair,
 //    lane c reading the 16-byte chunk c of the row (head dims <= 256 = 32 chunks); it also zeroes the
 //    pair's row of dq_accum (when there is one), which saves a separate memset pass over the workspace;
-//  * bwd_dq_convert_kernel: dq = dq_accum rounded to the dtype (the scale is already inside dS), one
-//    thread per 8 elements.
+//  * bwd_dq_convert_kernel: dq = dq_accum times dq_scale (1, or the softmax scale where the main kernel
+//    left it out of dS) rounded to the dtype, one thread per 8 elements.
 // The 8 dims of a chunk are contiguous in dq_accum's layout: a policy type, by default the blocked layout
 // of dq_accum.h (BlockedDqLayout); the sm90 backward's tiles are another (sm90/dq_tiles.h).
 // Both index query rows globally (global_q_row): row r of a dense call is (b, i) = (r / Sq, r % Sq), of
@@ -85,11 +85,12 @@ __global__ void __launch_bounds__(kPrepostThreads) bwd_dq_convert_kernel(const _
   const float4 none = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   const float4 lo = at >= 0 ? *reinterpret_cast<const float4*>(args.dq_accum + at) : none;
   const float4 hi = at >= 0 ? *reinterpret_cast<const float4*>(args.dq_accum + at + 4) : none;
+  const float k = args.dq_scale;
   uint4 packed;
-  packed.x = ptx::pack2<T>(lo.x, lo.y);
-  packed.y = ptx::pack2<T>(lo.z, lo.w);
-  packed.z = ptx::pack2<T>(hi.x, hi.y);
-  packed.w = ptx::pack2<T>(hi.z, hi.w);
+  packed.x = ptx::pack2<T>(lo.x * k, lo.y * k);
+  packed.y = ptx::pack2<T>(lo.z * k, lo.w * k);
+  packed.z = ptx::pack2<T>(hi.x * k, hi.y * k);
+  packed.w = ptx::pack2<T>(hi.z * k, hi.w * k);
   *reinterpret_cast<uint4*>(static_cast<T*>(p.dq.ptr) + row_offset(p, p.dq, row, h) + 8 * c) = packed;
 }
 

@@ -156,6 +156,15 @@ __device__ __forceinline__ void bulk_wait_group() {
 #endif
 }
 
+// Orders this thread's async-proxy accesses of global memory (bulk copies and reductions) with its
+// generic-proxy ones: after a completed bulk reduction, before a release that publishes it; after an
+// acquire, before the bulk reduction that must follow what was acquired.
+__device__ __forceinline__ void fence_proxy_async_global() {
+#if FLASHATTN_ASYNC_ENABLED
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+#endif
+}
+
 // Brings a tensor map into the cache ahead of its first TMA (one thread).
 __device__ __forceinline__ void prefetch_tensormap(const CUtensorMap* map) {
 #if FLASHATTN_ASYNC_ENABLED

@@ -138,6 +138,19 @@ __device__ __forceinline__ void red_add_f32x2(float* addr, float x, float y) {
 #endif
 }
 
+// A counter that other CTAs advance with red_release_add_gpu: what they wrote before advancing it is
+// visible to this thread once this load returns their value (acquire at GPU scope).
+__device__ __forceinline__ int ld_acquire_gpu(const int* addr) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(addr) : "memory");
+  return v;
+}
+
+// *addr += v, ordered after this thread's earlier writes for any thread that acquires the new value.
+__device__ __forceinline__ void red_release_add_gpu(int* addr, int v) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(addr), "r"(v) : "memory");
+}
+
 // Two fp32 values as one b32 register of two 16-bit elements, `lo` in the low half (the element with
 // the lower column index in every fragment above).
 template <typename T>

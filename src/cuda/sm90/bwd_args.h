@@ -18,6 +18,10 @@ struct BwdArgs {
   // each consumer thread's reductions into its blocked layout (attn/dq_accum.h); launch_bwd sizes and
   // lays out dq_accum to match.
   bool dq_bulk = false;
+  // The deterministic mode of the bulk dQ (null otherwise): per (dQ tile, head) of dq_accum the count of
+  // CTAs whose reductions into its blocks are done, and after them the CTA ticket counter (bwd_kernel.cuh
+  // says how the order is kept); zeroed by launch_bwd before each call.
+  int* dq_order = nullptr;
 };
 
 }  // namespace flashattn::detail::cuda::sm90

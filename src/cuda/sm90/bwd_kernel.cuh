@@ -15,12 +15,15 @@
 //     bulk reduction (16 KB; sm90/dq_tiles.h), so the consumers issue no atomics.
 //   warpgroups 1 and 2, the consumers: warpgroup c owns keys [64 c, 64 c + 64) of the tile. Per step:
 //     S^T = K Q^T and dP^T = V dO^T (wgmma, both operands in shared memory), P^T = exp2(S^T scale log2 e -
-//     LSE log2 e) with the mask, dS^T = P^T (dP^T - D) scale (in registers, sm80's transposed element
-//     code); then dV += P^T dO (wgmma, P^T from registers), dS^T into shared memory, dQ = dS K (wgmma, both
-//     operands MN-major in shared memory; bwd_tile.h says which warpgroup takes which part) and dK +=
-//     dS^T Q (dS^T from registers), in that order, so that dQ is done while dK still runs: the warpgroup
-//     copies dQ into its shared dQ buffer (once the writer has read the previous step's) during dK, hands
-//     it to the writer (named barriers), and arrives on the stage's `empty` after dK.
+//     LSE log2 e) with the mask, dS^T = P^T (dP^T - D) (in registers, sm80's transposed element
+//     code; the softmax scale is left out of dS, one multiply an element less per step: dK takes it in the
+//     epilogue and dQ in the convert kernel, BwdArgs::dq_scale; the softcap/ALiBi instance keeps it inside
+//     dS, in its logit derivative); then dV += P^T dO (wgmma, P^T from registers), dS^T into shared
+//     memory, dQ = dS K (wgmma, both operands MN-major in shared memory; bwd_tile.h says which warpgroup
+//     takes which part) and dK += dS^T Q (dS^T from registers), in that order, so that dQ is done while
+//     dK still runs: the warpgroup copies dQ into its shared dQ buffer (once the writer has read the
+//     previous step's) during dK, hands it to the writer (named barriers), and arrives on the stage's
+//     `empty` after dK.
 //   epilogue: dK and dV rounded to T into the K and V tiles (after both warpgroups' last dQ read K), then
 //     16-byte stores of each warpgroup's rows.
 //
@@ -200,9 +203,27 @@ __global__ void __launch_bounds__(bwd_tile(kHeadDim).threads(), 1) bwd_kernel(co
   const attn::BwdArgs& a = args.base;
   const BwdProblem& p = a.p;
 
+  extern __shared__ unsigned char smem_raw[];
+  // Every tile starts on a 1024-byte boundary (the swizzle atom; smem_bytes() includes the slack).
+  const uint32_t raw_addr = ptx::smem_addr(smem_raw);
+  const uint32_t pad = (kSwizzleAtomBytes - raw_addr % kSwizzleAtomBytes) % kSwizzleAtomBytes;
+  unsigned char* smem = smem_raw + pad;
+  const uint32_t base = raw_addr + pad;
+
   // (key tile, kv head, sequence) of this CTA; key tiles of a head consecutive, the lowest (under a causal
-  // mask the most visited) first.
+  // mask the most visited) first. The deterministic mode numbers CTAs in the order they start (a ticket
+  // drawn from a counter) instead of by blockIdx: a CTA then waits only for CTAs that have started.
   int64_t block = blockIdx.x;
+  const bool ordered = kBulk && args.dq_order != nullptr;
+  if (ordered) {
+    volatile int* ticket = reinterpret_cast<volatile int*>(smem + kTile.ticket_offset());
+    if (threadIdx.x == 0)
+      *ticket = atomicAdd(
+          args.dq_order + dq_order_ticket(a.p.cu_seqlens_q != nullptr, a.p.batch, a.p.seqlen_q, a.p.total_q, a.p.heads),
+          1);
+    __syncthreads();
+    block = *ticket;
+  }
   const int n_block = int(block % a.num_n_blocks);
   block /= a.num_n_blocks;
   const int hk = int(block % p.heads_k);
@@ -222,12 +243,6 @@ __global__ void __launch_bounds__(bwd_tile(kHeadDim).threads(), 1) bwd_kernel(co
   // Dense maps index (row in the sequence, head, sequence); varlen maps (packed row, head, 0).
   const int map_batch = p.cu_seqlens_q != nullptr ? 0 : int(b);
 
-  extern __shared__ unsigned char smem_raw[];
-  // Every tile starts on a 1024-byte boundary (the swizzle atom; smem_bytes() includes the slack).
-  const uint32_t raw_addr = ptx::smem_addr(smem_raw);
-  const uint32_t pad = (kSwizzleAtomBytes - raw_addr % kSwizzleAtomBytes) % kSwizzleAtomBytes;
-  unsigned char* smem = smem_raw + pad;
-  const uint32_t base = raw_addr + pad;
   const BwdBarriers<kStages> bars{base + uint32_t(kTile.barrier_offset())};
   constexpr uint32_t kConsumerThreads = uint32_t(kTile.consumer_warpgroups() * kWarpgroupThreads);
   const int warpgroup = int(threadIdx.x) / kWarpgroupThreads;
@@ -249,11 +264,46 @@ __global__ void __launch_bounds__(bwd_tile(kHeadDim).threads(), 1) bwd_kernel(co
       if (threadIdx.x / 32 == 1) {
         // The dQ writer: per step, each consumer warpgroup's dQ block (full) into dq_accum, then the
         // buffers back to the warpgroups (empty) once the reductions have read them.
+        // Deterministic mode (`ordered`): the blocks of a (query tile, head) take their CTAs' reductions in
+        // ascending key-tile order, so every element's fp32 sum has the same order in every run. Under the
+        // masks (causal, window: bands) the key tiles that see a query tile are consecutive, so a CTA's
+        // predecessors there are the run of key tiles just below its own that also see it (counted by the
+        // warp with the same row ranges the CTAs use, rows_for_keys); the CTA waits until the tile's counter
+        // has reached that many, adds, waits for its reductions to complete, and advances the counter. The
+        // CTAs it waits for have lower tickets: they have started and need nothing from it.
         const int64_t first_tile = dq_first_tile(p.cu_seqlens_q != nullptr, b, p.seqlen_q, seq.q_start);
+        const int wlane = int(threadIdx.x) - 32;
+        const auto predecessors = [&](int m_tile) {
+          int count = 0;
+          for (int top = n_block - 1; top >= 0; top -= 32) {
+            const int n = top - wlane;
+            bool visits = false;
+            if (n >= 0) {
+              const int64_t k0 = int64_t(n) * kBlockN;
+              const int64_t k1 = (seq.sk - k0 < kBlockN ? seq.sk : k0 + kBlockN) - 1;
+              const attn::Range r = attn::rows_for_keys(mask, k0, k1);
+              visits = r.end > r.begin && r.begin / kBlockM <= m_tile && m_tile < (r.end + kBlockM - 1) / kBlockM;
+            }
+            const uint32_t gaps = __ballot_sync(0xffffffffu, !visits);
+            if (gaps != 0) return count + __ffs(int(gaps)) - 1;
+            count += 32;
+          }
+          return count;
+        };
         for (int c = 0; c < 2; ++c)
           async::named_barrier_arrive(true, kBwdDqEmptyBarrier + uint32_t(c), kBwdDqBarrierThreads);
         for (int i = 0; i < steps; ++i) {
-          const int64_t tile = first_tile + step_m0(i) / kBlockM;
+          const int m_tile = m_begin + i % m_count;
+          const int64_t tile = first_tile + m_tile;
+          int* counter = ordered ? args.dq_order + tile * p.heads + step_head(i) : nullptr;
+          if (ordered) {
+            const int before = predecessors(m_tile);
+            if (threadIdx.x == 32) {
+              while (ptx::ld_acquire_gpu(counter) < before) __nanosleep(64);
+              async::fence_proxy_async_global();
+            }
+            __syncwarp();
+          }
           for (int c = 0; c < 2; ++c) {
             async::named_barrier_sync(kBwdDqFullBarrier + uint32_t(c), kBwdDqBarrierThreads);
             if (threadIdx.x == 32) {
@@ -261,9 +311,19 @@ __global__ void __launch_bounds__(bwd_tile(kHeadDim).threads(), 1) bwd_kernel(co
               async::bulk_reduce_add_f32(a.dq_accum + dq_block_offset(tile, step_head(i), panel, p.heads, kHeadDim),
                                          base + uint32_t(kTile.dq_offset(c)), uint32_t(kTile.dq_bytes()));
               async::bulk_commit_group();
+              // One panel: both warpgroups add into the same block, the first completing before the second.
+              if (ordered && !kTile.dq_split_columns() && c == 0) async::bulk_wait_group<0>();
             }
           }
-          if (threadIdx.x == 32) async::bulk_wait_group_read<0>();
+          if (threadIdx.x == 32) {
+            if (ordered) {
+              async::bulk_wait_group<0>();
+              async::fence_proxy_async_global();
+              ptx::red_release_add_gpu(counter, 1);
+            } else {
+              async::bulk_wait_group_read<0>();
+            }
+          }
           __syncwarp();
           if (i + 1 < steps)
             for (int c = 0; c < 2; ++c)
@@ -329,7 +389,7 @@ __global__ void __launch_bounds__(bwd_tile(kHeadDim).threads(), 1) bwd_kernel(co
   const int key_row0 = consumer * kWgmmaRows;           // the warpgroup's first key row in the tile
   const int64_t warp_key0 = n0 + key_row0 + 16 * warp;  // this warp's first key in the sequence
   const int64_t wg_key0 = n0 + key_row0, wg_key1 = wg_key0 + kWgmmaRows - 1;
-  const float scale_log2 = a.s.scale_log2, scale = p.score.softmax_scale;
+  const float scale_log2 = a.s.scale_log2;
   T* ds_tiles = reinterpret_cast<T*>(smem + kTile.ds_offset(0));
   float* dq_buffer = reinterpret_cast<float*>(smem + kTile.dq_offset(consumer));
   constexpr int kDsElems = kTile.ds_bytes() / 2;
@@ -358,31 +418,40 @@ __global__ void __launch_bounds__(bwd_tile(kHeadDim).threads(), 1) bwd_kernel(co
         valid_q < kBlockM || !attn::tile_fully_visible(mask, m0, m0 + kBlockM - 1, wg_key0, wg_key1);
     uint32_t pa[Consumer::kRowSteps][4], da[Consumer::kRowSteps][4];
     if constexpr (!kGeneral) {
-      // P^T while dP^T is still on the tensor cores; the scale is one multiply before exp2.
+      // P^T while dP^T is still on the tensor cores; the scale is one multiply before exp2. The mask is a
+      // pass of its own, taken only by the steps that need it (as in the forward), so that the others run
+      // straight-line code; it overwrites what exp2 gave the hidden elements (inf at worst, never read).
+      // A thread's two query columns 2 t, 2 t + 1 are adjacent: one 8-byte load of LSE and D each.
       wgmma::wait_group<1>();
       wgmma::fence_operands(s);
 #pragma unroll
-      for (int f = 0; f < Consumer::kSFrags; ++f)
+      for (int f = 0; f < Consumer::kSFrags; ++f) {
+        const float2 l2 = *reinterpret_cast<const float2*>(lse2 + 8 * f + 2 * t);
 #pragma unroll
-        for (int qb = 0; qb < 2; ++qb) {
-          const int q_local = 8 * f + 2 * t + qb;
-          const float l2 = lse2[q_local];
-          const attn::RelRange vis =
-              needs_mask ? attn::visible_rel(mask, m0 + q_local, warp_key0, 16) : attn::RelRange{0, 16};
+        for (int e = 0; e < 4; ++e) s[f][e] = ptx::exp2_approx(s[f][e] * scale_log2 - ((e & 1) ? l2.y : l2.x));
+      }
+      if (needs_mask) {
 #pragma unroll
-          for (int kh = 0; kh < 2; ++kh) {
-            const int e = 2 * kh + qb, key_local = g + 8 * kh;
-            const float prob = ptx::exp2_approx(s[f][e] * scale_log2 - l2);
-            s[f][e] = key_local < vis.begin || key_local >= vis.end ? 0.0f : prob;
+        for (int f = 0; f < Consumer::kSFrags; ++f)
+#pragma unroll
+          for (int qb = 0; qb < 2; ++qb) {
+            const attn::RelRange vis = attn::visible_rel(mask, m0 + 8 * f + 2 * t + qb, warp_key0, 16);
+#pragma unroll
+            for (int kh = 0; kh < 2; ++kh) {
+              const int key_local = g + 8 * kh;
+              if (key_local < vis.begin || key_local >= vis.end) s[f][2 * kh + qb] = 0.0f;
+            }
           }
-        }
+      }
       Consumer::pack(pa, s);
       wgmma::wait_group<0>();
       wgmma::fence_operands(dp);
 #pragma unroll
-      for (int f = 0; f < Consumer::kSFrags; ++f)
+      for (int f = 0; f < Consumer::kSFrags; ++f) {
+        const float2 d = *reinterpret_cast<const float2*>(dsum + 8 * f + 2 * t);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) dp[f][e] = s[f][e] * (dp[f][e] - dsum[8 * f + 2 * t + (e & 1)]) * scale;
+        for (int e = 0; e < 4; ++e) dp[f][e] = s[f][e] * (dp[f][e] - ((e & 1) ? d.y : d.x));
+      }
     } else {
       // Softcap / ALiBi: the logit transform of each raw dot product and its derivative (ScoreFn), both
       // products first, so that the raw S^T is read once, in the same pass as dP^T, with no third array.
@@ -503,8 +572,10 @@ __global__ void __launch_bounds__(bwd_tile(kHeadDim).threads(), 1) bwd_kernel(co
   T* sk = reinterpret_cast<T*>(smem + kTile.k_offset());
   T* sv = reinterpret_cast<T*>(smem + kTile.v_offset());
   const float one[2] = {1.0f, 1.0f};
+  const float dk_scale = kGeneral ? 1.0f : p.score.softmax_scale;
+  const float dk_scales[2] = {dk_scale, dk_scale};
   sm80::store_acc<T, KVTile>(sv, dv, key_row0 + 16 * warp, 0, one, lane);
-  sm80::store_acc<T, KVTile>(sk, dk, key_row0 + 16 * warp, 0, one, lane);
+  sm80::store_acc<T, KVTile>(sk, dk, key_row0 + 16 * warp, 0, dk_scales, lane);
   async::named_barrier_sync(kBwdStoreBarrier + uint32_t(consumer), kWarpgroupThreads);
   const int64_t k_row = seq.k_start + n0 + key_row0;
   const int chunks = int(p.head_dim / 8);

@@ -53,10 +53,12 @@ struct Sm90BwdTile {
   FA_HD constexpr int dq_offset(int consumer) const {
     return ds_offset(2) + 2 * stages * stat_bytes() + consumer * dq_bytes();
   }
-  // kv_full, then full and empty per stage, 8 bytes each.
+  // kv_full, then full and empty per stage, 8 bytes each, then the 8-byte word through which the
+  // deterministic mode hands the CTA its ticket.
   FA_HD constexpr int barriers() const { return 1 + 2 * stages; }
   FA_HD constexpr int barrier_offset() const { return dq_offset(consumer_warpgroups()); }
-  FA_HD constexpr int smem_bytes() const { return barrier_offset() + barriers() * 8 + int(kSwizzleAtomBytes); }
+  FA_HD constexpr int ticket_offset() const { return barrier_offset() + barriers() * 8; }
+  FA_HD constexpr int smem_bytes() const { return ticket_offset() + 8 + int(kSwizzleAtomBytes); }
   FA_HD constexpr bool registers_fit() const {
     return setmaxnreg_fits(1 + consumer_warpgroups(), producer_regs, consumer_regs);
   }

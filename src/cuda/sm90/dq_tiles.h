@@ -50,6 +50,12 @@ FA_HD constexpr int64_t dq_tiles(bool varlen, int64_t batch, int64_t seqlen_q, i
                 : batch * ((seqlen_q + kDqTileRows - 1) / kDqTileRows);
 }
 
+// The deterministic mode's counters (sm90/bwd_args.h, dq_order): one per (tile, head), then the CTA ticket
+// counter at this index.
+FA_HD constexpr int64_t dq_order_ticket(bool varlen, int64_t batch, int64_t seqlen_q, int64_t total_q, int64_t heads) {
+  return dq_tiles(varlen, batch, seqlen_q, total_q) * heads;
+}
+
 // Offset of row i of sequence b (first tile `first`), head h, dim d.
 FA_HD constexpr int64_t dq_offset(int64_t first, int64_t i, int64_t h, int d, int64_t heads, int bucket) {
   return dq_block_offset(first + i / kDqTileRows, h, d / kDqPanelCols, heads, bucket) +

@@ -1,12 +1,13 @@
 // Host side of the sm90 backward: D = rowsum(dO * O) (which also clears dq_accum) -> the main kernel
 // (bwd_kernel.cuh: dK, dV, and dQ added into dq_accum) -> dQ rounded to the dtype. The kernels around
-// the main one are the other CUDA backward's (attn/bwd_prepost.cuh). The deterministic mode runs the main
-// kernel without dQ and then sm80's dQ kernel, which computes each query tile's dQ whole (no atomics), so
-// dq, dk and dv are bitwise repeatable. Workspaces (stream-ordered, freed when this function returns,
-// after the kernels are enqueued): D (fp32 per query row and head) and, unless deterministic, dq_accum
-// (fp32: in whole query tiles, sm90/dq_tiles.h, when the main kernel adds dQ by bulk reductions, else in
-// attn/dq_accum.h's blocked layout; the D kernel clears it and the convert kernel reads it through that
-// layout's policy).
+// the main one are the other CUDA backward's (attn/bwd_prepost.cuh). The deterministic mode keeps dq, dk
+// and dv bitwise repeatable: with the bulk dQ, the main kernel adds each dQ block in a fixed order of its
+// CTAs (bwd_kernel.cuh, args.dq_order); with the per-thread reductions (FLASHATTN_SM90_BWD_DQ_BULK=0), the
+// main kernel runs without dQ and then sm80's dQ kernel computes each query tile's dQ whole. Workspaces
+// (stream-ordered, freed when this function returns, after the kernels are enqueued): D (fp32 per query
+// row and head), dq_accum where the main kernel adds dQ (fp32: in whole query tiles, sm90/dq_tiles.h, for
+// the bulk reductions, else in attn/dq_accum.h's blocked layout; the D kernel clears it and the convert
+// kernel reads it through that layout's policy), and the ordered mode's counters.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -51,13 +52,22 @@ void launch_bwd(BwdArgs args, cudaStream_t stream) {
   const int64_t rows = p.total_q * p.heads;  // (query row, head) pairs
   Workspace dsum(size_t(rows) * sizeof(float), stream);
   args.base.dsum = dsum.as<float>();
-  // The deterministic mode: the main kernel without dQ, then sm80's dQ kernel (per query tile, no atomics).
-  const bool atomics = !p.deterministic && rows > 0;
-  const int64_t dq_elems = args.dq_bulk ? dq_tiles(p.varlen(), p.batch, p.seqlen_q, p.total_q) * p.heads *
-                                              bwd_bucket(p.head_dim) * kDqTileRows
+  // The deterministic mode: ordered bulk reductions, or (without the bulk dQ) the main kernel without dQ and
+  // then sm80's dQ kernel (per query tile, no atomics).
+  const bool ordered = p.deterministic && args.dq_bulk && rows > 0;
+  const bool atomics = (!p.deterministic || args.dq_bulk) && rows > 0;
+  const int64_t tiles = dq_tiles(p.varlen(), p.batch, p.seqlen_q, p.total_q);
+  const int64_t dq_elems = args.dq_bulk ? tiles * p.heads * bwd_bucket(p.head_dim) * kDqTileRows
                                         : attn::dq_accum_elems(p.total_q, p.heads, p.head_dim);
   Workspace dq_accum(atomics ? size_t(dq_elems) * sizeof(float) : 0, stream);
   args.base.dq_accum = atomics ? dq_accum.as<float>() : nullptr;
+  const size_t order_bytes =
+      ordered ? size_t(dq_order_ticket(p.varlen(), p.batch, p.seqlen_q, p.total_q, p.heads) + 1) * sizeof(int) : 0;
+  Workspace dq_order(order_bytes, stream);
+  args.dq_order = ordered ? dq_order.as<int>() : nullptr;
+  if (ordered) FA_CUDA_CHECK(cudaMemsetAsync(args.dq_order, 0, order_bytes, stream));
+  // The plain main kernel leaves the softmax scale out of dS (bwd_kernel.cuh); the convert kernel applies it.
+  args.base.dq_scale = attn::needs_general_kernel(p) ? 1.0f : p.score.softmax_scale;
   dispatch_dtype<false>(p.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (rows > 0) {
@@ -68,7 +78,7 @@ void launch_bwd(BwdArgs args, cudaStream_t stream) {
       FA_CUDA_CHECK_LAUNCH("sm90 backward D kernel");
     }
     run_bwd_bucket<T>(args, bwd_bucket(p.head_dim), stream);
-    if (p.deterministic && rows > 0)
+    if (p.deterministic && !ordered && rows > 0)
       attn::head_dim_switch(attn::head_dim_bucket(p.head_dim),
                             [&](auto bucket) { sm80::run_bwd_dq<T, decltype(bucket)::value>(args.base, stream); });
     if (atomics) {
