@@ -8,8 +8,8 @@ build is faster than the first. Problems follow FlashAttention's sweep: bf16, H 
 
 Usage: python3 bench/ab_kernels.py OUT.json MODE D:S:CAUSAL[,D:S:CAUSAL...] ROUNDS NAME=BENCH[@VAR=VALUE,...] ...
   MODE fwd, bwd or fwdbwd; CAUSAL 0 or 1; @VAR=VALUE,... sets environment variables for that arm (a kernel
-  variant switch such as FLASHATTN_SM90_PERSISTENT=0). Results are appended to OUT.json and printed one line
-  per problem.
+  variant switch such as FLASHATTN_SM90_PERSISTENT=0), and items that start with -- are passed to that arm's
+  flashattn-bench (e.g. @--deterministic). Results are appended to OUT.json and printed one line per problem.
 Example (bench/NOTES.md, sm80 version 11):
   python3 bench/ab_kernels.py ab.json fwd 256:512:0,128:4096:0 5 v10=/tmp/v10/flashattn-bench new=.gpu/bin/flashattn-bench
   AB_IMPL=cuda_sm90 python3 bench/ab_kernels.py ab.json fwd 128:2048:0 5 on=B off=B@FLASHATTN_SM90_PERSISTENT=0
@@ -24,13 +24,15 @@ import tempfile
 
 def time_once(arm, mode, dim, seqlen, causal):
     binary, _, env_spec = arm.partition("@")
-    env = dict(os.environ, **dict(kv.split("=", 1) for kv in env_spec.split(",") if kv))
+    items = [kv for kv in env_spec.split(",") if kv]
+    env = dict(os.environ, **dict(kv.split("=", 1) for kv in items if not kv.startswith("--")))
+    extra = [kv for kv in items if kv.startswith("--")]
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
         cmd = [binary, "--device", "cuda", "--impl", os.environ.get("AB_IMPL", "cuda_sm80"), "--dtype", "bf16",
                "--dim", str(dim),
                "--seqlen", str(seqlen), "--heads", str(2048 // dim), "--batch", str(max(1, 16384 // seqlen)),
                "--mode", mode, "--no-check", "--iters", "30" if mode == "fwd" else "15", "--warmup", "5",
-               "--json", f.name] + (["--causal"] if causal else [])
+               "--json", f.name] + (["--causal"] if causal else []) + extra
         subprocess.run(cmd, check=True, capture_output=True, timeout=60, env=env)
         return json.load(open(f.name))[0]["median_ms"]
 

@@ -135,10 +135,15 @@ Options parse_args(int argc, char** argv) {
       {"--seqlens", [&](auto& f, auto& v) { o.sweep_seqlens = parse_int_list(f, v); }},
   };
   const std::map<std::string, std::function<void()>> switches = {
-      {"--causal", [&] { c.causal = true; }}, {"--no-check", [&] { o.check = false; }},
-      {"--sweep", [&] { o.sweep = true; }},   {"--cpu-time", [&] { o.cpu_time = true; }},
-      {"--list", [&] { o.list = true; }},     {"--version", [&] { o.version = true; }},
-      {"--help", [&] { o.help = true; }},     {"-h", [&] { o.help = true; }},
+      {"--causal", [&] { c.causal = true; }},
+      {"--no-check", [&] { o.check = false; }},
+      {"--deterministic", [&] { c.deterministic = true; }},
+      {"--sweep", [&] { o.sweep = true; }},
+      {"--cpu-time", [&] { o.cpu_time = true; }},
+      {"--list", [&] { o.list = true; }},
+      {"--version", [&] { o.version = true; }},
+      {"--help", [&] { o.help = true; }},
+      {"-h", [&] { o.help = true; }},
   };
 
   for (int i = 1; i < argc; ++i) {
@@ -192,6 +197,7 @@ Problem
   --dim N                head dim (default 64)
   --dtype f32|f16|bf16   storage dtype (default f16)
   --causal               causal mask, aligned bottom-right
+  --deterministic        the backward's bitwise-repeatable mode
   --window L,R           sliding window (-1: unbounded side)
   --softcap X            logit soft-capping (0: off)
   --dropout P            dropout probability in [0, 1)

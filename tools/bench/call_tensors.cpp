@@ -36,6 +36,7 @@ flashattn::BwdParams CallTensors::params(const std::string& backend) const {
   p.options.window_right = c.window_right;
   p.options.softcap = c.softcap;
   p.options.backend = backend;
+  p.deterministic = c.deterministic;
   p.dropout_p = c.dropout;
   p.seed = c.dropout_seed;
   p.offset = c.dropout_offset;

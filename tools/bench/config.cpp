@@ -29,6 +29,7 @@ std::string BenchConfig::describe() const {
   if (window_left >= 0 || window_right >= 0) s << " window=" << window_left << "," << window_right;
   if (softcap > 0) s << " softcap=" << softcap;
   if (dropout > 0) s << " dropout=" << dropout;
+  if (deterministic) s << " deterministic";
   return s.str();
 }
 

@@ -25,6 +25,7 @@ struct BenchConfig {
   float dropout = 0.0f;
   uint64_t dropout_seed = 2024, dropout_offset = 0;  // the same keep mask for every backend and the check
   Mode mode = Mode::fwd;
+  bool deterministic = false;  // the backward's bitwise-repeatable mode
 
   bool has_backward() const { return mode != Mode::fwd; }
   // Same tensors (so the same random inputs serve both): everything but mask and score options.

@@ -147,6 +147,7 @@ void write_json(const std::string& path, const RunInfo& info, const std::vector<
            << ", \"causal\": " << (c.causal ? "true" : "false") << ", \"window_left\": " << c.window_left
            << ", \"window_right\": " << c.window_right << ", \"softcap\": " << json_number(c.softcap)
            << ", \"dropout\": " << json_number(c.dropout) << ", \"mode\": " << json_string(mode_name(c.mode))
+           << ", \"deterministic\": " << (c.deterministic ? "true" : "false")
            << ", \"flops\": " << json_count(flop_count(c)) << ", \"bytes\": " << json_count(byte_count(c)) << "}";
     for (const Row& r : res.rows) {
       const bool measured = r.status == Row::Status::measured;
