@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/attn/tile_range.h"
 #include "cuda/sm80/smem_layout.h"
 #include "cuda/sm90/bwd_tile.h"
 #include "cuda/sm90/dq_tiles.h"
@@ -184,6 +185,38 @@ TEST(CudaSm90Host, BackwardTileTableFitsHopper) {
   EXPECT_EQ(sm90::bwd_bucket(96), 128);
   EXPECT_EQ(sm90::bwd_bucket(136), 0);
   EXPECT_EQ(sm90::bwd_bucket(32), 0);
+}
+
+// The deterministic backward orders each query tile's dQ reductions by key tile and counts a CTA's
+// predecessors as the run of neighbouring key tiles that also see the query tile (bwd_kernel.cuh): that
+// needs the key tiles seeing a query tile, as the kernel derives them from rows_for_keys, to be consecutive.
+// Brute force over causal, sliding-window and one-sided masks with Sq != Sk and partial last tiles.
+TEST(CudaSm90Host, KeyTilesSeeingAQueryTileAreConsecutive) {
+  constexpr int kBlockN = sm90::bwd_tile(128).block_n, kBlockM = sm90::bwd_tile(128).block_m;
+  std::mt19937 rng(2424);
+  for (int trial = 0; trial < 400; ++trial) {
+    flashattn::detail::Mask mask;
+    mask.sq = 1 + int64_t(rng() % 900);
+    mask.sk = 1 + int64_t(rng() % 1400);
+    const int kind = int(rng() % 4);  // causal, window, left only, right only
+    mask.window_left = kind == 0 || kind == 3 ? -1 : int64_t(rng() % 500);
+    mask.window_right = kind == 0 ? 0 : kind == 2 ? -1 : int64_t(rng() % 300);
+    const int n_tiles = int((mask.sk + kBlockN - 1) / kBlockN);
+    const int m_tiles = int((mask.sq + kBlockM - 1) / kBlockM);
+    for (int m = 0; m < m_tiles; ++m) {
+      std::vector<int> seeing;
+      for (int n = 0; n < n_tiles; ++n) {
+        const int64_t k0 = int64_t(n) * kBlockN, k1 = std::min<int64_t>(k0 + kBlockN, mask.sk) - 1;
+        const flashattn::detail::cuda::attn::Range r = flashattn::detail::cuda::attn::rows_for_keys(mask, k0, k1);
+        if (r.end > r.begin && r.begin / kBlockM <= m && m < (r.end + kBlockM - 1) / kBlockM) seeing.push_back(n);
+      }
+      if (!seeing.empty())
+        EXPECT_EQ(seeing.back() - seeing.front() + 1, int(seeing.size()))
+            << "sq " << mask.sq << " sk " << mask.sk << " window " << mask.window_left << "," << mask.window_right
+            << " query tile " << m;
+    }
+    if (HasFailure()) return;
+  }
 }
 
 // The backward's dq_accum tiles (dq_tiles.h): inside a block every (row, column) has its own float, and the
