@@ -90,11 +90,15 @@ def pytest_collection_modifyitems(session, config, items):
     per_shard = {}
     if shard is not None:
         wanted, count = set(shard[0]), shard[1]
-        sampled_out = [item for item in kept if shard_of(item.nodeid, count) not in wanted]
-        kept = [item for item in kept if shard_of(item.nodeid, count) in wanted]
+        in_shard = []
         for item in kept:
             k = shard_of(item.nodeid, count)
-            per_shard[k] = per_shard.get(k, 0) + 1
+            if k in wanted:
+                in_shard.append(item)
+                per_shard[k] = per_shard.get(k, 0) + 1
+            else:
+                sampled_out.append(item)
+        kept = in_shard
     sample = config.getoption("--compat-sample")
     if 0 < sample < len(kept):
         chosen = set(random.Random(config.getoption("--compat-seed")).sample(range(len(kept)), sample))

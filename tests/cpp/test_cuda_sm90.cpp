@@ -189,7 +189,8 @@ TEST(CudaSm90Host, BackwardTileTableFitsHopper) {
 
 // The deterministic backward orders each query tile's dQ reductions by key tile and counts a CTA's
 // predecessors as the run of neighbouring key tiles that also see the query tile (bwd_kernel.cuh): that
-// needs the key tiles seeing a query tile, as the kernel derives them from rows_for_keys, to be consecutive.
+// needs the key tiles seeing a query tile, as the kernel derives them (query_tiles_for_key_tile), to be
+// consecutive.
 // Brute force over causal, sliding-window and one-sided masks with Sq != Sk and partial last tiles.
 TEST(CudaSm90Host, KeyTilesSeeingAQueryTileAreConsecutive) {
   constexpr int kBlockN = sm90::bwd_tile(128).block_n, kBlockM = sm90::bwd_tile(128).block_m;
@@ -206,9 +207,8 @@ TEST(CudaSm90Host, KeyTilesSeeingAQueryTileAreConsecutive) {
     for (int m = 0; m < m_tiles; ++m) {
       std::vector<int> seeing;
       for (int n = 0; n < n_tiles; ++n) {
-        const int64_t k0 = int64_t(n) * kBlockN, k1 = std::min<int64_t>(k0 + kBlockN, mask.sk) - 1;
-        const flashattn::detail::cuda::attn::Range r = flashattn::detail::cuda::attn::rows_for_keys(mask, k0, k1);
-        if (r.end > r.begin && r.begin / kBlockM <= m && m < (r.end + kBlockM - 1) / kBlockM) seeing.push_back(n);
+        const auto r = flashattn::detail::cuda::attn::query_tiles_for_key_tile(mask, n, kBlockN, kBlockM);
+        if (r.begin <= m && m < r.end) seeing.push_back(n);
       }
       if (!seeing.empty())
         EXPECT_EQ(seeing.back() - seeing.front() + 1, int(seeing.size()))

@@ -34,6 +34,15 @@ FA_HD Range rows_for_keys(const Mask& m, int64_t k0, int64_t k1) {
   return Range{begin, end};
 }
 
+// The query tiles (block_m rows each) that key tile n (block_n keys, the last one cut at sk) must visit:
+// [begin, end) in tile indices, {0, 0} when no row sees it.
+FA_HD Range query_tiles_for_key_tile(const Mask& m, int64_t n, int block_n, int block_m) {
+  const int64_t k0 = n * block_n, k1 = (m.sk - k0 < block_n ? m.sk : k0 + block_n) - 1;
+  const Range rows = rows_for_keys(m, k0, k1);
+  if (rows.end <= rows.begin) return Range{0, 0};
+  return Range{rows.begin / block_m, (rows.end + block_m - 1) / block_m};
+}
+
 // True when every key of [k0, k1] is visible to every row of [r0, r1]: such a tile needs no mask.
 FA_HD bool tile_fully_visible(const Mask& m, int64_t r0, int64_t r1, int64_t k0, int64_t k1) {
   return m.key_begin(r1) <= k0 && k1 < m.key_end(r0);

@@ -233,9 +233,9 @@ __global__ void __launch_bounds__(bwd_tile(kHeadDim).threads(), 1) bwd_kernel(co
   if (n0 >= seq.sk) return;  // a varlen sequence shorter than max_seqlen_k; uniform over the CTA
   const int valid_keys = int(seq.sk - n0 < kBlockN ? seq.sk - n0 : kBlockN);
   const Mask mask = make_mask(p.score, seq.sq, seq.sk);
-  const attn::Range rows = attn::rows_for_keys(mask, n0, n0 + valid_keys - 1);
-  const int m_begin = int(rows.begin / kBlockM);
-  const int m_count = rows.end > rows.begin ? int((rows.end + kBlockM - 1) / kBlockM) - m_begin : 0;
+  const attn::Range m_tiles = attn::query_tiles_for_key_tile(mask, n_block, kBlockN, kBlockM);
+  const int m_begin = int(m_tiles.begin);
+  const int m_count = int(m_tiles.end - m_tiles.begin);
   const int group = a.s.group;
   const int steps = group * m_count;
   const auto step_head = [&](int i) { return hk * group + i / m_count; };
@@ -268,7 +268,7 @@ __global__ void __launch_bounds__(bwd_tile(kHeadDim).threads(), 1) bwd_kernel(co
         // ascending key-tile order, so every element's fp32 sum has the same order in every run. Under the
         // masks (causal, window: bands) the key tiles that see a query tile are consecutive, so a CTA's
         // predecessors there are the run of key tiles just below its own that also see it (counted by the
-        // warp with the same row ranges the CTAs use, rows_for_keys); the CTA waits until the tile's counter
+        // warp with the function the CTAs take their own query tiles from); the CTA waits until the tile's counter
         // has reached that many, adds, waits for its reductions to complete, and advances the counter. The
         // CTAs it waits for have lower tickets: they have started and need nothing from it.
         const int64_t first_tile = dq_first_tile(p.cu_seqlens_q != nullptr, b, p.seqlen_q, seq.q_start);
@@ -279,10 +279,8 @@ __global__ void __launch_bounds__(bwd_tile(kHeadDim).threads(), 1) bwd_kernel(co
             const int n = top - wlane;
             bool visits = false;
             if (n >= 0) {
-              const int64_t k0 = int64_t(n) * kBlockN;
-              const int64_t k1 = (seq.sk - k0 < kBlockN ? seq.sk : k0 + kBlockN) - 1;
-              const attn::Range r = attn::rows_for_keys(mask, k0, k1);
-              visits = r.end > r.begin && r.begin / kBlockM <= m_tile && m_tile < (r.end + kBlockM - 1) / kBlockM;
+              const attn::Range r = attn::query_tiles_for_key_tile(mask, n, kBlockN, kBlockM);
+              visits = r.begin <= m_tile && m_tile < r.end;
             }
             const uint32_t gaps = __ballot_sync(0xffffffffu, !visits);
             if (gaps != 0) return count + __ffs(int(gaps)) - 1;
