@@ -264,13 +264,13 @@ __global__ void __launch_bounds__(bwd_tile(kHeadDim).threads(), 1) bwd_kernel(co
       if (threadIdx.x / 32 == 1) {
         // The dQ writer: per step, each consumer warpgroup's dQ block (full) into dq_accum, then the
         // buffers back to the warpgroups (empty) once the reductions have read them.
-        // Deterministic mode (`ordered`): the blocks of a (query tile, head) take their CTAs' reductions in
-        // ascending key-tile order, so every element's fp32 sum has the same order in every run. Under the
-        // masks (causal, window: bands) the key tiles that see a query tile are consecutive, so a CTA's
-        // predecessors there are the run of key tiles just below its own that also see it (counted by the
-        // warp with the function the CTAs take their own query tiles from); the CTA waits until the tile's counter
-        // has reached that many, adds, waits for its reductions to complete, and advances the counter. The
-        // CTAs it waits for have lower tickets: they have started and need nothing from it.
+        // Deterministic mode (`ordered`): the blocks of a (query tile, head) take their CTAs' reductions in ascending
+        // key-tile order, so every element's fp32 sum has the same order in every run. Under the masks (causal, window:
+        // bands) the key tiles that see a query tile are consecutive, so a CTA's predecessors there are the run of key
+        // tiles just below its own that also see it (counted by the warp with the function the CTAs take their own
+        // query tiles from); the CTA waits until the tile's counter has reached that many, adds, waits for its
+        // reductions to complete, and advances the counter. The CTAs it waits for have lower tickets: they have started
+        // and need nothing from it.
         const int64_t first_tile = dq_first_tile(p.cu_seqlens_q != nullptr, b, p.seqlen_q, seq.q_start);
         const int wlane = int(threadIdx.x) - 32;
         const auto predecessors = [&](int m_tile) {
