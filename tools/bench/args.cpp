@@ -57,7 +57,8 @@ DType parse_dtype(const std::string& text) {
   if (text == "f32") return DType::f32;
   if (text == "f16") return DType::f16;
   if (text == "bf16") return DType::bf16;
-  throw UsageError("--dtype: expected f32, f16 or bf16, got '" + text + "'");
+  if (text == "e4m3") return DType::fp8_e4m3;
+  throw UsageError("--dtype: expected f32, f16, bf16 or e4m3, got '" + text + "'");
 }
 
 Mode parse_mode(const std::string& text) {
@@ -171,6 +172,12 @@ Options parse_args(int argc, char** argv) {
   c.seqlen_q = seqlen_q.value_or(seqlen.value_or(c.seqlen_q));
   c.seqlen_k = seqlen_k.value_or(seqlen.value_or(c.seqlen_k));
   c.heads_k = heads_k.value_or(c.heads);
+  if (c.dtype == DType::fp8_e4m3 && c.mode != Mode::fwd)
+    throw UsageError("--dtype e4m3: the FP8 call is a forward; expected --mode fwd, got --mode " +
+                     std::string(c.mode == Mode::bwd ? "bwd" : "fwdbwd"));
+  if (c.dtype == DType::fp8_e4m3 && c.dropout > 0.0f)
+    throw UsageError("--dtype e4m3: the FP8 forward has no dropout; expected --dropout 0, got " +
+                     std::to_string(c.dropout));
   if (c.heads % c.heads_k != 0)
     throw UsageError("--heads-k: expected a divisor of --heads (" + std::to_string(c.heads) + "), got " +
                      std::to_string(c.heads_k));
@@ -195,7 +202,7 @@ Problem
   --heads N              query heads (default 16)
   --heads-k N            key/value heads, dividing --heads (GQA/MQA; default: --heads)
   --dim N                head dim (default 64)
-  --dtype f32|f16|bf16   storage dtype (default f16)
+  --dtype f32|f16|bf16|e4m3  storage dtype (default f16); e4m3: q, k, v in FP8, out in bf16, forward only
   --causal               causal mask, aligned bottom-right
   --deterministic        the backward's bitwise-repeatable mode
   --window L,R           sliding window (-1: unbounded side)

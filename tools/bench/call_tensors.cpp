@@ -9,7 +9,8 @@ CallTensors::CallTensors(const BenchConfig& cfg, const HostInputs& inputs, Devic
   q_ = Buffer(device, cfg.dtype, q_numel, stream);
   k_ = Buffer(device, cfg.dtype, k_numel, stream);
   v_ = Buffer(device, cfg.dtype, k_numel, stream);
-  out_ = Buffer(device, cfg.dtype, q_numel, stream);
+  // The FP8 forward writes bf16 (FwdParams::out).
+  out_ = Buffer(device, cfg.dtype == DType::fp8_e4m3 ? DType::bf16 : cfg.dtype, q_numel, stream);
   lse_ = Buffer(device, DType::f32, cfg.batch * cfg.heads * cfg.seqlen_q, stream);
   q_.upload(inputs.q);
   k_.upload(inputs.k);
