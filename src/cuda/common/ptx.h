@@ -28,6 +28,12 @@ __device__ __forceinline__ void st_shared_zero16(uint32_t addr) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(addr), "r"(0u) : "memory");
 }
 
+// Two fp32 values into 8-byte-aligned shared memory with one store (a float2 store through a generic
+// pointer can come out as two 4-byte ones).
+__device__ __forceinline__ void st_shared_v2_f32(uint32_t addr, float x, float y) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(x), "f"(y) : "memory");
+}
+
 // A 32-bit load and store of shared memory at a shared-space address (the FP8 forward's V transpose, whose
 // layout arithmetic is in addresses).
 __device__ __forceinline__ uint32_t ld_shared_u32(uint32_t addr) {

@@ -212,7 +212,10 @@ __global__ void __launch_bounds__(bwd_tile(kHeadDim).threads(), 1) bwd_kernel(co
 
   // (key tile, kv head, sequence) of this CTA; key tiles of a head consecutive, the lowest (under a causal
   // mask the most visited) first. The deterministic mode numbers CTAs in the order they start (a ticket
-  // drawn from a counter) instead of by blockIdx: a CTA then waits only for CTAs that have started.
+  // drawn from a counter) instead of by blockIdx: a CTA then waits only for CTAs that have started. Where
+  // a key tile's first visible query row grows with the keys (a causal mask or a right window), it takes
+  // the key tiles highest first and orders the reductions the same way (`descending`): CTA n starts near
+  // query tile 2n, so the higher key tiles reach each query tile first and nobody waits for a CTA behind.
   int64_t block = blockIdx.x;
   const bool ordered = kBulk && args.dq_order != nullptr;
   if (ordered) {
@@ -224,7 +227,8 @@ __global__ void __launch_bounds__(bwd_tile(kHeadDim).threads(), 1) bwd_kernel(co
     __syncthreads();
     block = *ticket;
   }
-  const int n_block = int(block % a.num_n_blocks);
+  const bool descending = ordered && p.score.window_right >= 0;
+  const int n_block = descending ? a.num_n_blocks - 1 - int(block % a.num_n_blocks) : int(block % a.num_n_blocks);
   block /= a.num_n_blocks;
   const int hk = int(block % p.heads_k);
   const int64_t b = block / p.heads_k;
@@ -264,29 +268,29 @@ __global__ void __launch_bounds__(bwd_tile(kHeadDim).threads(), 1) bwd_kernel(co
       if (threadIdx.x / 32 == 1) {
         // The dQ writer: per step, each consumer warpgroup's dQ block (full) into dq_accum, then the
         // buffers back to the warpgroups (empty) once the reductions have read them.
-        // Deterministic mode (`ordered`): the blocks of a (query tile, head) take their CTAs' reductions in ascending
-        // key-tile order, so every element's fp32 sum has the same order in every run. Under the masks (causal, window:
-        // bands) the key tiles that see a query tile are consecutive, so a CTA's predecessors there are the run of key
-        // tiles just below its own that also see it (counted by the warp with the function the CTAs take their own
-        // query tiles from); the CTA waits until the tile's counter has reached that many, adds, waits for its
-        // reductions to complete, and advances the counter. The CTAs it waits for have lower tickets: they have started
-        // and need nothing from it.
+        // Deterministic mode (`ordered`): the blocks of a (query tile, head) take their CTAs' reductions in key-tile
+        // order (ascending, or descending, as the tickets go), so every element's fp32 sum has the same order in every
+        // run. Under the masks (causal, window: bands) the key tiles that see a query tile are consecutive, so a CTA's
+        // predecessors there are the run of key tiles next to its own, on the side that goes first, that also see it
+        // (counted by the warp with the function the CTAs take their own query tiles from); the CTA waits until the
+        // tile's counter has reached that many, adds, waits for its reductions to complete, and advances the counter.
+        // The CTAs it waits for have lower tickets: they have started and need nothing from it.
         const int64_t first_tile = dq_first_tile(p.cu_seqlens_q != nullptr, b, p.seqlen_q, seq.q_start);
         const int wlane = int(threadIdx.x) - 32;
+        const int side = descending ? int((seq.sk + kBlockN - 1) / kBlockN) - 1 - n_block : n_block;
         const auto predecessors = [&](int m_tile) {
-          int count = 0;
-          for (int top = n_block - 1; top >= 0; top -= 32) {
-            const int n = top - wlane;
+          for (int done = 0; done < side; done += 32) {
+            const int k = done + wlane;  // this lane's key tile: k + 1 tiles away on the first side
+            const int n = descending ? n_block + k + 1 : n_block - k - 1;
             bool visits = false;
-            if (n >= 0) {
+            if (k < side) {
               const attn::Range r = attn::query_tiles_for_key_tile(mask, n, kBlockN, kBlockM);
               visits = r.begin <= m_tile && m_tile < r.end;
             }
             const uint32_t gaps = __ballot_sync(0xffffffffu, !visits);
-            if (gaps != 0) return count + __ffs(int(gaps)) - 1;
-            count += 32;
+            if (gaps != 0) return done + __ffs(int(gaps)) - 1;
           }
-          return count;
+          return side;
         };
         for (int c = 0; c < 2; ++c)
           async::named_barrier_arrive(true, kBwdDqEmptyBarrier + uint32_t(c), kBwdDqBarrierThreads);
@@ -389,7 +393,7 @@ __global__ void __launch_bounds__(bwd_tile(kHeadDim).threads(), 1) bwd_kernel(co
   const int64_t wg_key0 = n0 + key_row0, wg_key1 = wg_key0 + kWgmmaRows - 1;
   const float scale_log2 = a.s.scale_log2;
   T* ds_tiles = reinterpret_cast<T*>(smem + kTile.ds_offset(0));
-  float* dq_buffer = reinterpret_cast<float*>(smem + kTile.dq_offset(consumer));
+  const uint32_t dq_buffer = base + uint32_t(kTile.dq_offset(consumer));
   constexpr int kDsElems = kTile.ds_bytes() / 2;
 
   float dv[Consumer::kDFrags][4], dk[Consumer::kDFrags][4];
@@ -420,14 +424,16 @@ __global__ void __launch_bounds__(bwd_tile(kHeadDim).threads(), 1) bwd_kernel(co
       // pass of its own, taken only by the steps that need it (as in the forward), so that the others run
       // straight-line code; it overwrites what exp2 gave the hidden elements (inf at worst, never read).
       // A thread's two query columns 2 t, 2 t + 1 are adjacent: one 8-byte load of LSE and D each.
+      // The LSE pairs are read before the wait, so their latency hides behind S^T's product.
+      float2 l2[Consumer::kSFrags];
+#pragma unroll
+      for (int f = 0; f < Consumer::kSFrags; ++f) l2[f] = *reinterpret_cast<const float2*>(lse2 + 8 * f + 2 * t);
       wgmma::wait_group<1>();
       wgmma::fence_operands(s);
 #pragma unroll
-      for (int f = 0; f < Consumer::kSFrags; ++f) {
-        const float2 l2 = *reinterpret_cast<const float2*>(lse2 + 8 * f + 2 * t);
+      for (int f = 0; f < Consumer::kSFrags; ++f)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) s[f][e] = ptx::exp2_approx(s[f][e] * scale_log2 - ((e & 1) ? l2.y : l2.x));
-      }
+        for (int e = 0; e < 4; ++e) s[f][e] = ptx::exp2_approx(s[f][e] * scale_log2 - ((e & 1) ? l2[f].y : l2[f].x));
       if (needs_mask) {
 #pragma unroll
         for (int f = 0; f < Consumer::kSFrags; ++f)
@@ -515,8 +521,8 @@ __global__ void __launch_bounds__(bwd_tile(kHeadDim).threads(), 1) bwd_kernel(co
         const int row = 16 * warp + g + 8 * half;
 #pragma unroll
         for (int j = 0; j < Consumer::kDqFrags; ++j)
-          *reinterpret_cast<float2*>(dq_buffer + dq_in_block(row, 8 * j + 2 * t)) =
-              make_float2(dq[j][2 * half], dq[j][2 * half + 1]);
+          ptx::st_shared_v2_f32(dq_buffer + 4u * uint32_t(dq_in_block(row, 8 * j + 2 * t)), dq[j][2 * half],
+                                dq[j][2 * half + 1]);
       }
       wgmma::fence_proxy_async();
       async::named_barrier_arrive(true, kBwdDqFullBarrier + uint32_t(consumer), kBwdDqBarrierThreads);
