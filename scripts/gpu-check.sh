@@ -222,6 +222,7 @@ if wants sm90; then
     done
   done
   step sm90-sass 60 scripts/sass-check.sh "$TESTS"
+  step sm90-sass-fp8 60 scripts/sass-check.sh "$TESTS" fp8_fwd_kernel 32  # its softmax between the waits
   [ -n "$wheel" ] && step sm90-compare 100 python3 bench/compare_torch.py \
     --out "$OUT/compare_torch_sm90.json" --plot-dir /tmp/plots-sm90 --modes fwd \
     --impls flashattn,flashattn_sm80,sdpa_flash,sdpa_cudnn ${SM90_COMPARE_ARGS:---dims 64,128,256 --dtypes bf16,fp16 --rounds 3 --rep 60}

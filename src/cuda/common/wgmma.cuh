@@ -91,6 +91,23 @@ __device__ __forceinline__ void fence_operands(R (&regs)[kN][4]) {
     }
 }
 
+// Keeps a following wait_group after the computation of `x`. ptxas orders wgmma.wait_group only after
+// the products and before the reads of their registers, and schedules it as early as that allows: ahead
+// of independent work the source places before it, such as the softmax meant to run while a product is on
+// the tensor cores. It does keep a wait after an earlier shared-memory access, and a load whose address
+// depends on `x` cannot be issued before x: pass a value that depends on all of that work (a row sum of
+// the softmax). Costs a compare, a select and one volatile LDS of `smem_address` (any address of the
+// CTA's shared memory; the value read is discarded).
+__device__ __forceinline__ void hold_wait_after(float x, uint32_t smem_address) {
+#if FLASHATTN_WGMMA_ENABLED
+  uint32_t discarded;
+  asm volatile("ld.volatile.shared.u32 %0, [%1];\n"
+               : "=r"(discarded)
+               : "r"(smem_address + (x != x ? 4u : 0u))
+               : "memory");
+#endif
+}
+
 // Orders this thread's generic-proxy writes of shared memory (cp.async included) before later
 // async-proxy reads (wgmma) of it; a barrier must follow.
 __device__ __forceinline__ void fence_proxy_async() {

@@ -262,6 +262,8 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1) fp8_fwd_kernel(const
     wgmma::fence_operands(s[0]);
     float rescale[1][2];
     softmax_only(n + 1, rescale);
+    // Without this ptxas moves the wait below up to the row max, and the softmax runs after P V.
+    wgmma::hold_wait_after(softmax.row_sum[0][0] + softmax.row_sum[0][1], base);
     wgmma::wait_group<0>();
     wgmma::fence_operands(o);
     wgmma::fence_operands(pa);

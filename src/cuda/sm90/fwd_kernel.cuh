@@ -513,10 +513,13 @@ __global__ void __launch_bounds__(fwd_tile(kHeadDim).threads(), 1) fwd_kernel(co
     // Compiled for the 64 bucket only, where it measured faster (sm90/backend.cpp): the larger buckets'
     // kernels stay without its registers.
     if (kHeadDim == 64 && args.overlap) {
-      // Overlap inside the warpgroup (args.overlap): S of tile n + 1 is issued before O += P V of tile n, and
-      // its softmax runs while that product is on the tensor cores. P of tile n waits in registers (pa),
-      // packed before S is overwritten; O's rescale for tile n + 1 waits for the product of tile n (which
-      // was computed with tile n's maxima). wgmma groups complete in issue order: wait_group<1> ends S's.
+      // Both products of a pass issued together (args.overlap): S of tile n + 1 is issued before O += P V of
+      // tile n; P of tile n waits in registers (pa), packed before S is overwritten; O's rescale for tile
+      // n + 1 waits for the product of tile n (which was computed with tile n's maxima). The source waits
+      // for S alone (wait_group<1>: groups complete in issue order) before the softmax, but ptxas hoists the
+      // wait_group<0> above the softmax's exp2s, so the softmax runs after both products, while the other
+      // warpgroup's run. Keeping the softmax before that wait (wgmma::hold_wait_after, as the FP8 kernel
+      // does) measured slower here: 0.95-0.96x at D = 64 (bench/NOTES.md, session 25).
       // Every pass issues both products, and the last tile's P V is left to the plain loop below: a product
       // issued under a condition while another is in flight makes ptxas serialise every wgmma of the kernel
       // (C7514). With the ping-pong, a turn is the issue of both products.
