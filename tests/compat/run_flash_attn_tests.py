@@ -7,6 +7,7 @@ einops, pytest and an installed flashattn built with CUDA. See docs/compat.md.
     python tests/compat/run_flash_attn_tests.py [--sample N] [--shard K/N] [-- pytest args]   # on the GPU machine
     python tests/compat/run_flash_attn_tests.py --shard 9-20/64 -- -n 8   # several shards, one collection
     python tests/compat/run_flash_attn_tests.py --ids failed.txt -- -n 2   # only these test ids (a run's failures)
+    python tests/compat/run_flash_attn_tests.py --shard 11-18/64 --rerun-failed -- -n 4   # failures again, alone
 
 The file is fetched once into tests/compat/.upstream/<commit>/ (ignored by git, never committed) and
 checked against its git blob hash, so a run uses exactly the pinned file. Exit status: pytest's.
@@ -17,7 +18,9 @@ import hashlib
 import os
 import subprocess
 import sys
+import tempfile
 import urllib.request
+import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 # flash-attn v2.8.3, the release whose semantics flashattn follows, and its test file's git blob hash.
@@ -59,6 +62,28 @@ def parse_test_ids(lines):
     return ids
 
 
+def failed_ids_of_junit(xml_text):
+    """The ids (name[params], as --ids takes them) of the test cases that failed or errored in a pytest
+    --junitxml report."""
+    root = ElementTree.fromstring(xml_text)
+    return [case.get("name") for case in root.iter("testcase")
+            if case.find("failure") is not None or case.find("error") is not None]
+
+
+def without_workers(pytest_args):
+    """pytest_args without pytest-xdist's worker count (-n K, -nK, --numprocesses K / =K): the rerun of a
+    run's failures goes one test at a time, as their out-of-memory failures need."""
+    out, skip = [], False
+    for a in pytest_args:
+        if skip:
+            skip = False
+        elif a in ("-n", "--numprocesses"):
+            skip = True
+        elif not (a.startswith("--numprocesses=") or (a.startswith("-n") and (a[2:].isdigit() or a[2:] == "auto"))):
+            out.append(a)
+    return out
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--commit", default=PINNED_COMMIT, help="flash-attention commit (default: v2.8.3)")
@@ -73,6 +98,9 @@ def main():
                         "which collects the file once")
     parser.add_argument("--ids", default="", help="a file of test ids (one per line, as pytest prints them after "
                         "FAILED, with or without the file name): run only those, e.g. a shard's failures again")
+    parser.add_argument("--rerun-failed", action="store_true", help="run the cases that failed again, one at a "
+                        "time (no pytest-xdist workers): parallel workers share the device's memory, and the large "
+                        "cases fail out of memory beside each other; the exit status is then the rerun's")
     parser.add_argument("pytest_args", nargs="*", help="passed to pytest (after --)")
     args = parser.parse_args()
     blob = args.blob if args.blob is not None else (PINNED_BLOB if args.commit == PINNED_COMMIT else "")
@@ -99,11 +127,21 @@ def main():
         if not ids:
             sys.exit(f"run_flash_attn_tests: --ids {args.ids}: expected test ids, one per line, got none")
         targets = [f"{path}::{i}" for i in ids]
-    command = [sys.executable, "-m", "pytest", *targets, "-p", "exclusions", "-p", "no:cacheprovider", "-q",
-               "--compat-sample", str(args.sample), "--compat-seed", str(args.seed), "--compat-shard", args.shard,
-               *args.pytest_args]
-    return subprocess.run(command, env=env, cwd=path.parent).returncode
-
+    pytest = [sys.executable, "-m", "pytest", "-p", "exclusions", "-p", "no:cacheprovider", "-q"]
+    selection = ["--compat-sample", str(args.sample), "--compat-seed", str(args.seed), "--compat-shard", args.shard]
+    if not args.rerun_failed:
+        return subprocess.run(pytest + selection + targets + args.pytest_args, env=env, cwd=path.parent).returncode
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "first.xml"
+        first = subprocess.run(pytest + selection + targets + args.pytest_args + [f"--junitxml={report}"], env=env,
+                               cwd=path.parent).returncode
+        failed = failed_ids_of_junit(report.read_text()) if report.exists() else []
+        if first == 0 or not failed:
+            return first
+        print(f"run_flash_attn_tests: {len(failed)} failed; running them again, one at a time", flush=True)
+        # The ids alone select the cases (each was in the sample and the shards already).
+        rerun = pytest + [f"{path}::{i}" for i in failed] + without_workers(args.pytest_args)
+        return subprocess.run(rerun, env=env, cwd=path.parent).returncode
 
 if __name__ == "__main__":
     sys.exit(main())

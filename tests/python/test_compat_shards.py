@@ -1,7 +1,8 @@
 """The compatibility gate's shards (tests/compat/exclusions.py, --compat-shard K/N): every test id falls in
 exactly one shard, the split does not depend on the process (xdist workers and later sessions see the same
-one), and malformed specs are refused; the runner's --ids file (a run's failures) gives back the test ids.
-Needs pytest only."""
+one), and malformed specs are refused; the runner's --ids file (a run's failures) gives back the test ids, and
+its --rerun-failed reads a run's failures from the JUnit report and reruns them without workers. Needs pytest
+only."""
 
 import sys
 from pathlib import Path
@@ -52,3 +53,27 @@ def test_ids_file_lines_give_the_test_ids():
     assert run_flash_attn_tests.parse_test_ids(lines) == [
         "test_flash_attn_kvcache[1-131072-gqa-1-dtype0]", "test_flash_attn_output[128-40-False]",
         "test_flash_attn_race_condition[97-1]"]
+
+
+def test_rerun_takes_the_failed_and_errored_cases_of_the_junit_report():
+    import run_flash_attn_tests
+
+    xml = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" tests="4">
+<testcase classname="test_flash_attn" name="test_flash_attn_output[128-40-False]" time="0.1"/>
+<testcase classname="test_flash_attn" name="test_flash_attn_kvcache[1-131072-gqa]" time="0.2">
+<failure message="torch.OutOfMemoryError">trace</failure></testcase>
+<testcase classname="test_flash_attn" name="test_flash_attn_race_condition[97-1]" time="0.0">
+<error message="setup">trace</error></testcase>
+<testcase classname="test_flash_attn" name="test_flash_attn_qkvpacked[64]" time="0.0">
+<skipped message="excluded"/></testcase></testsuite></testsuites>"""
+    assert run_flash_attn_tests.failed_ids_of_junit(xml) == [
+        "test_flash_attn_kvcache[1-131072-gqa]", "test_flash_attn_race_condition[97-1]"]
+
+
+@pytest.mark.parametrize("args,expected", [(["-n", "4", "-x"], ["-x"]), (["-n4"], []), (["-nauto"], []), (["--numprocesses", "8"], []),
+                                           (["--numprocesses=8", "-k", "kvcache"], ["-k", "kvcache"]),
+                                           (["-x", "--no-header"], ["-x", "--no-header"])])
+def test_rerun_drops_the_worker_count(args, expected):
+    import run_flash_attn_tests
+
+    assert run_flash_attn_tests.without_workers(args) == expected
