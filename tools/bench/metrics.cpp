@@ -32,8 +32,8 @@ double byte_count(const BenchConfig& c) {
   const double q_like = double(c.batch) * double(c.seqlen_q) * double(c.heads) * double(c.head_dim) * elem;
   const double k_like = double(c.batch) * double(c.seqlen_k) * double(c.heads_k) * double(c.head_dim) * elem;
   const double out = c.dtype == DType::fp8_e4m3 ? q_like * 2 : q_like;  // FP8's out is bf16
-  const double fwd = q_like + out + 2 * k_like;  // q, out; k, v
-  const double bwd = 4 * q_like + 4 * k_like;  // q, out, dout, dq; k, v, dk, dv
+  const double fwd = q_like + out + 2 * k_like;                         // q, out; k, v
+  const double bwd = 4 * q_like + 4 * k_like;                           // q, out, dout, dq; k, v, dk, dv
   switch (c.mode) {
     case Mode::fwd:
       return fwd;
