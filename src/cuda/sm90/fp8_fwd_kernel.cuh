@@ -44,14 +44,17 @@ struct Fp8Barriers {
 };
 
 // V (block_n keys x 128 head-dim bytes, as TMA landed it) into V^T (128 head-dim rows x block_n key bytes,
-// column 32 s + k holding key 32 s + fp8_pv_key(k)). A thread takes 4 head dims x 4 columns at a time: the 4
-// columns 4t .. 4t + 3 of a 16-key half are keys 2t, 2t + 1, 2t + 8, 2t + 9 of it, whose 4 bytes at the head
-// dims are one 32-bit load each; byte permutes make the 4 rows of V^T, one 32-bit store each.
+// column 32 s + k holding key 32 s + fp8_pv_key(k)). A thread takes 4 head dims x 4 columns at a time, in the
+// blocks fp8_transpose_block deals (no bank conflicts on either side): the 4 columns 4t .. 4t + 3 of a 16-key
+// half are keys 2t, 2t + 1, 2t + 8, 2t + 9 of it, whose 4 bytes at the head dims are one 32-bit load each;
+// byte permutes make the 4 rows of V^T, one 32-bit store each.
 __device__ __forceinline__ void transpose_v(uint32_t v, uint32_t vt, int tt) {
-  constexpr int kBlocks = (kFp8Tile.block_n / 4) * (kFp8Tile.head_dim / 4);
-  for (int blk = tt; blk < kBlocks; blk += kFp8Transposers) {
-    const int d0 = 4 * (blk % (kFp8Tile.head_dim / 4));  // head dims d0 .. d0 + 3
-    const int c0 = 4 * (blk / (kFp8Tile.head_dim / 4));  // columns c0 .. c0 + 3 of V^T
+  static_assert(kFp8Tile.head_dim == 4 * 32 && kFp8Tile.block_n == 4 * kFp8TransposePasses,
+                "a lane's head dims and a pass's columns cover the stage");
+  const int lane = tt % 32;
+  for (int pass = tt / 32; pass < kFp8TransposePasses; pass += kFp8Transposers / 32) {
+    const Fp8TransposeBlock blk = fp8_transpose_block(lane, pass);
+    const int d0 = blk.d0, c0 = blk.c0;
     const int half0 = c0 & ~15, t = (c0 % 16) / 4;
     const int key0 = half0 + 2 * t, key2 = half0 + 8 + 2 * t;
     const uint32_t a = ptx::ld_shared_u32(v + swizzled_row_byte(key0, d0));
