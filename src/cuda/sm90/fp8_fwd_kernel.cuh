@@ -156,7 +156,9 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1) fp8_fwd_kernel(const
   const int wg_row0 = consumer * kWgmmaRows, warp_row0 = wg_row0 + 16 * warp;
   const Mask mask = make_mask(p.score, t.seq.sq, t.seq.sk);
   const float scale = args.scale_log2 * p.q_descale.at(t.b, hk) * p.k_descale.at(t.b, hk);
-  constexpr float kPScale = 256.0f;  // fp8_p_scale(0): P = exp2(s - max) in [0, 1] stored x 2^8
+  // P = exp2(s - max) in [0, 1] is stored x 2^8 (fp8_p_scale(0)), the factor folded into exp2's exponent, so
+  // P, the row sums and O all carry it and the output's O / l does not; the LSE takes it out.
+  constexpr float kPLog2 = 8.0f;
 
   float o[kOFrags][4];
 #pragma unroll
@@ -188,7 +190,7 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1) fp8_fwd_kernel(const
     const int64_t key0 = int64_t(n) * kBlockN;
     if (!attn::tile_fully_visible(mask, t.m0, t.m0 + t.valid_rows - 1, key0, key0 + kBlockN - 1))
       attn::mask_rowmajor(s, mask, t.m0 + warp_row0, key0, lane);
-    softmax.update(s, rescale, scale);
+    softmax.update(s, rescale, scale, 0.0f, kPLog2);
   };
   const auto rescale_o = [&](const float(&rescale)[1][2]) {
     if (__any_sync(0xffffffffu, rescale[0][0] != 1.0f || rescale[0][1] != 1.0f)) {
@@ -199,7 +201,7 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1) fp8_fwd_kernel(const
     }
   };
   uint32_t pa[kSteps][4];  // P of tile n as e4m3, read by its P V until that product is waited for
-  // P x 2^8 packed to e4m3 from s (each byte one of this thread's own values).
+  // P x 2^8 (as the softmax left it in s) packed to e4m3 (each byte one of this thread's own values).
   const auto pack_p = [&] {
 #pragma unroll
     for (int kk = 0; kk < kSteps; ++kk)
@@ -209,7 +211,7 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1) fp8_fwd_kernel(const
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const Fp8PackSource src = fp8_pack_source(r, i);
-          b[i] = s[0][4 * kk + src.group][src.element] * kPScale;
+          b[i] = s[0][4 * kk + src.group][src.element];
         }
         pa[kk][r] = pack_e4m3x4(b[0], b[1], b[2], b[3]);
       }
@@ -288,7 +290,7 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1) fp8_fwd_kernel(const
   // Epilogue: O x v_descale / (2^8 l) as bf16 pairs, straight from the accumulators (row g and g + 8 of the
   // warp's 16, columns 8j + 2t, 8j + 2t + 1), rows past the sequence not stored; then the LSE.
   softmax.reduce_sums();
-  const float v_scale = p.v_descale.at(t.b, hk) / kPScale;
+  const float v_scale = p.v_descale.at(t.b, hk);
   __nv_bfloat16* out_tile =
       static_cast<__nv_bfloat16*>(p.out.ptr) + p.out.offset(t.b, t.seq.q_start + t.m0 + warp_row0, t.h);
 #pragma unroll
@@ -307,7 +309,7 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1) fp8_fwd_kernel(const
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int row = warp_row0 + (lane >> 2) + 8 * half;
-      if (row < t.valid_rows) lse_tile[row] = softmax.lse(0, half);
+      if (row < t.valid_rows) lse_tile[row] = softmax.lse(0, half) - kPLog2 * attn::kLn2;
     }
   }
 }
