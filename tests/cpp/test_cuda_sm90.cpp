@@ -15,6 +15,7 @@
 #include <cstring>
 #include <random>
 #include <set>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -736,6 +737,38 @@ TEST(CudaSm90Host, Fp8PackedPHoldsTheRelabelledKeys) {
         ASSERT_EQ(s_col, sm90::fp8_pv_key(a_k)) << "lane " << lane << ", register " << r << ", byte " << i;
       }
   }
+}
+
+// The V transpose's blocks (fp8_transpose_block): over a warp's 32 passes its lanes write every 4 x 4 block of
+// the 128 x 128 V^T exactly once, and in every pass each of the four loads (four key rows of V at the lane's
+// head dims) and each of the four stores (one V^T row of the block each) touches 32 distinct banks, with the
+// addresses the kernel computes (swizzled_row_byte; the 4 columns of a block hold keys 2t, 2t + 1, 2t + 8,
+// 2t + 9 of their 16-key half).
+TEST(CudaSm90Host, Fp8TransposeCoversVtWithoutBankConflicts) {
+  std::set<std::pair<int, int>> blocks;
+  const auto bank = [](uint32_t byte) { return int(byte / 4 % 32); };
+  for (int pass = 0; pass < sm90::kFp8TransposePasses; ++pass) {
+    std::set<int> load_banks[4], store_banks[4];
+    for (int lane = 0; lane < 32; ++lane) {
+      const sm90::Fp8TransposeBlock blk = sm90::fp8_transpose_block(lane, pass);
+      ASSERT_EQ(blk.d0 % 4, 0);
+      ASSERT_EQ(blk.c0 % 4, 0);
+      ASSERT_LT(blk.d0, 128);
+      ASSERT_LT(blk.c0, 128);
+      EXPECT_TRUE(blocks.insert({blk.d0, blk.c0}).second) << "block written twice: pass " << pass << ", lane " << lane;
+      const int half0 = blk.c0 & ~15, t = (blk.c0 % 16) / 4;
+      const int keys[4] = {half0 + 2 * t, half0 + 2 * t + 1, half0 + 8 + 2 * t, half0 + 9 + 2 * t};
+      for (int i = 0; i < 4; ++i) {
+        load_banks[i].insert(bank(sm90::swizzled_row_byte(keys[i], blk.d0)));
+        store_banks[i].insert(bank(sm90::swizzled_row_byte(blk.d0 + i, blk.c0)));
+      }
+    }
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_EQ(load_banks[i].size(), 32u) << "load " << i << " of pass " << pass;
+      EXPECT_EQ(store_banks[i].size(), 32u) << "store " << i << " of pass " << pass;
+    }
+  }
+  EXPECT_EQ(blocks.size(), 32u * 32u);
 }
 
 // The FP8 tiles fit sm_90's shared memory, and the P factor keeps the largest P at 256 (e4m3's max is 448).

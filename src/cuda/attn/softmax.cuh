@@ -91,10 +91,11 @@ struct OnlineSoftmax {
   // holds logits). s becomes P = exp2(scale * s - max) (fp32), one FFMA and one ex2 per element, and
   // `rescale` the factor by which the O accumulator of each row must be multiplied before adding P V.
   // kLazyMax: the running max moves only when a tile's max exceeds it by more than `slack`
-  // (SoftmaxRow::begin_lazy).
+  // (SoftmaxRow::begin_lazy). p_log2: P (and so the row sums) come out times 2^p_log2, exactly, the factor
+  // folded into the exponent (the FP8 forward's P scale, which would otherwise cost a multiply an element).
   template <int kNFrags, bool kLazyMax = false>
   __device__ __forceinline__ void update(float (&s)[kMFrags][kNFrags][4], float (&rescale)[kMFrags][2], float scale,
-                                         float slack = 0.0f) {
+                                         float slack = 0.0f, float p_log2 = 0.0f) {
 #pragma unroll
     for (int mf = 0; mf < kMFrags; ++mf)
 #pragma unroll
@@ -104,11 +105,12 @@ struct OnlineSoftmax {
         rescale[mf][half] = kLazyMax ? SoftmaxRow::begin_lazy(row_max[mf][half], offset, tile_max, slack)
                                      : SoftmaxRow::begin(row_max[mf][half], offset, tile_max);
         float sum = 0.0f;
+        const float exponent_offset = offset - p_log2;
 #pragma unroll
         for (int f = 0; f < kNFrags; ++f)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const float p = SoftmaxRow::exp(s[mf][f][2 * half + e], scale, offset);
+            const float p = SoftmaxRow::exp(s[mf][f][2 * half + e], scale, exponent_offset);
             s[mf][f][2 * half + e] = p;
             sum += p;
           }

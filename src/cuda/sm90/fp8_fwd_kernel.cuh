@@ -44,14 +44,17 @@ struct Fp8Barriers {
 };
 
 // V (block_n keys x 128 head-dim bytes, as TMA landed it) into V^T (128 head-dim rows x block_n key bytes,
-// column 32 s + k holding key 32 s + fp8_pv_key(k)). A thread takes 4 head dims x 4 columns at a time: the 4
-// columns 4t .. 4t + 3 of a 16-key half are keys 2t, 2t + 1, 2t + 8, 2t + 9 of it, whose 4 bytes at the head
-// dims are one 32-bit load each; byte permutes make the 4 rows of V^T, one 32-bit store each.
+// column 32 s + k holding key 32 s + fp8_pv_key(k)). A thread takes 4 head dims x 4 columns at a time, in the
+// blocks fp8_transpose_block deals (no bank conflicts on either side): the 4 columns 4t .. 4t + 3 of a 16-key
+// half are keys 2t, 2t + 1, 2t + 8, 2t + 9 of it, whose 4 bytes at the head dims are one 32-bit load each;
+// byte permutes make the 4 rows of V^T, one 32-bit store each.
 __device__ __forceinline__ void transpose_v(uint32_t v, uint32_t vt, int tt) {
-  constexpr int kBlocks = (kFp8Tile.block_n / 4) * (kFp8Tile.head_dim / 4);
-  for (int blk = tt; blk < kBlocks; blk += kFp8Transposers) {
-    const int d0 = 4 * (blk % (kFp8Tile.head_dim / 4));  // head dims d0 .. d0 + 3
-    const int c0 = 4 * (blk / (kFp8Tile.head_dim / 4));  // columns c0 .. c0 + 3 of V^T
+  static_assert(kFp8Tile.head_dim == 4 * 32 && kFp8Tile.block_n == 4 * kFp8TransposePasses,
+                "a lane's head dims and a pass's columns cover the stage");
+  const int lane = tt % 32;
+  for (int pass = tt / 32; pass < kFp8TransposePasses; pass += kFp8Transposers / 32) {
+    const Fp8TransposeBlock blk = fp8_transpose_block(lane, pass);
+    const int d0 = blk.d0, c0 = blk.c0;
     const int half0 = c0 & ~15, t = (c0 % 16) / 4;
     const int key0 = half0 + 2 * t, key2 = half0 + 8 + 2 * t;
     const uint32_t a = ptx::ld_shared_u32(v + swizzled_row_byte(key0, d0));
@@ -153,7 +156,9 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1) fp8_fwd_kernel(const
   const int wg_row0 = consumer * kWgmmaRows, warp_row0 = wg_row0 + 16 * warp;
   const Mask mask = make_mask(p.score, t.seq.sq, t.seq.sk);
   const float scale = args.scale_log2 * p.q_descale.at(t.b, hk) * p.k_descale.at(t.b, hk);
-  constexpr float kPScale = 256.0f;  // fp8_p_scale(0): P = exp2(s - max) in [0, 1] stored x 2^8
+  // P = exp2(s - max) in [0, 1] is stored x 2^8 (fp8_p_scale(0)), the factor folded into exp2's exponent, so
+  // P, the row sums and O all carry it and the output's O / l does not; the LSE takes it out.
+  constexpr float kPLog2 = 8.0f;
 
   float o[kOFrags][4];
 #pragma unroll
@@ -185,7 +190,7 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1) fp8_fwd_kernel(const
     const int64_t key0 = int64_t(n) * kBlockN;
     if (!attn::tile_fully_visible(mask, t.m0, t.m0 + t.valid_rows - 1, key0, key0 + kBlockN - 1))
       attn::mask_rowmajor(s, mask, t.m0 + warp_row0, key0, lane);
-    softmax.update(s, rescale, scale);
+    softmax.update(s, rescale, scale, 0.0f, kPLog2);
   };
   const auto rescale_o = [&](const float(&rescale)[1][2]) {
     if (__any_sync(0xffffffffu, rescale[0][0] != 1.0f || rescale[0][1] != 1.0f)) {
@@ -196,7 +201,7 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1) fp8_fwd_kernel(const
     }
   };
   uint32_t pa[kSteps][4];  // P of tile n as e4m3, read by its P V until that product is waited for
-  // P x 2^8 packed to e4m3 from s (each byte one of this thread's own values).
+  // P x 2^8 (as the softmax left it in s) packed to e4m3 (each byte one of this thread's own values).
   const auto pack_p = [&] {
 #pragma unroll
     for (int kk = 0; kk < kSteps; ++kk)
@@ -206,7 +211,7 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1) fp8_fwd_kernel(const
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const Fp8PackSource src = fp8_pack_source(r, i);
-          b[i] = s[0][4 * kk + src.group][src.element] * kPScale;
+          b[i] = s[0][4 * kk + src.group][src.element];
         }
         pa[kk][r] = pack_e4m3x4(b[0], b[1], b[2], b[3]);
       }
@@ -285,7 +290,7 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1) fp8_fwd_kernel(const
   // Epilogue: O x v_descale / (2^8 l) as bf16 pairs, straight from the accumulators (row g and g + 8 of the
   // warp's 16, columns 8j + 2t, 8j + 2t + 1), rows past the sequence not stored; then the LSE.
   softmax.reduce_sums();
-  const float v_scale = p.v_descale.at(t.b, hk) / kPScale;
+  const float v_scale = p.v_descale.at(t.b, hk);
   __nv_bfloat16* out_tile =
       static_cast<__nv_bfloat16*>(p.out.ptr) + p.out.offset(t.b, t.seq.q_start + t.m0 + warp_row0, t.h);
 #pragma unroll
@@ -304,7 +309,7 @@ __global__ void __launch_bounds__(3 * kWarpgroupThreads, 1) fp8_fwd_kernel(const
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int row = warp_row0 + (lane >> 2) + 8 * half;
-      if (row < t.valid_rows) lse_tile[row] = softmax.lse(0, half);
+      if (row < t.valid_rows) lse_tile[row] = softmax.lse(0, half) - kPLog2 * attn::kLn2;
     }
   }
 }

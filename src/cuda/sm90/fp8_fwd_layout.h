@@ -41,6 +41,23 @@ FA_HD constexpr Fp8PackSource fp8_pack_source(int r, int i) {
   return Fp8PackSource{2 * (r / 2) + i / 2, 2 * (r % 2) + i % 2};
 }
 
+// The V transpose's split of a 128 x 128 stage among warps (fp8_fwd_kernel.cuh). V^T is written in blocks of
+// 4 head-dim rows x 4 key columns, from four 32-bit loads of V (head dims d0 .. d0 + 3 of four key rows) and
+// four 32-bit stores (one a V^T row). In pass `pass` (0..31) of a warp, lane (a = lane / 4, b = lane % 4)
+// takes head dims d0 = 4 lane and columns c0 = 16 (a ^ pass / 4) + 4 (b ^ pass % 4): over the 32 passes each
+// lane meets every column block once. Both sides are free of bank conflicts in the 128-byte swizzle
+// (swizzled_row_byte): a load reads chunk (a ^ key % 8) word b of its key row, where key % 8 depends on b and
+// the pass only; a store writes chunk (a ^ pass / 4 ^ (4 b + row) % 8) word (b ^ pass % 4) of row 4 lane + row.
+// (With one column block for the whole warp, the stores' 32 rows 4 lane + row fell in two chunks: 16-way.)
+struct Fp8TransposeBlock {
+  int d0 = 0, c0 = 0;
+};
+inline constexpr int kFp8TransposePasses = 32;  // column blocks of a 128-key stage
+FA_HD constexpr Fp8TransposeBlock fp8_transpose_block(int lane, int pass) {
+  const int a = lane / 4, b = lane % 4;
+  return Fp8TransposeBlock{4 * lane, 16 * (a ^ (pass / 4)) + 4 * (b ^ (pass % 4))};
+}
+
 // One head-dim bucket's FP8 tile: 128 query rows (two consumer warpgroups), block_n keys per stage; a stage
 // holds K (K-major, block_n rows of head_dim bytes), V as TMA lands it (block_n rows) and V^T (head_dim rows of
 // block_n bytes, the relabelled transpose). One 128-byte swizzle row of 8-bit elements is 128 elements, so a
