@@ -345,6 +345,44 @@ TEST(CudaSm90Host, PagedBoxesMakeTheTileLayout) {
   EXPECT_EQ(sm90::paged_box_rows(0, 128), 0);
 }
 
+// Paged rows copied with cp.async (fwd_kernel.cuh, produce_paged_rows): at every bucket the warpgroup's
+// copies land where the wgmma descriptors read each (row, 16-byte chunk) of the tile, each exactly once;
+// every warp instruction (copy j of pass `pass`) writes each of the eight 16-byte bank groups four times
+// (the least its 512 bytes allow) and reads whole 32-byte sectors of a row (its lanes' chunks adjacent).
+TEST(CudaSm90Host, PagedRowCopiesCoverTheTileWithoutBankConflicts) {
+  for (int bucket : {64, 128, 192, 256}) {
+    const sm90::Sm90FwdTile tile = sm90::fwd_tile(bucket);
+    const int rows = tile.block_n, chunks = bucket / 8, per_row = chunks / sm90::kRowCopyThreadsPerRow;
+    SCOPED_TRACE("bucket " + std::to_string(bucket));
+    ASSERT_EQ(chunks % sm90::kRowCopyThreadsPerRow, 0);
+    std::vector<int> hits(size_t(rows * chunks), 0);
+    for (int pass = 0; pass < sm90::row_copy_passes(rows); ++pass)
+      for (int j = 0; j < per_row; ++j)
+        for (int warp = 0; warp < 4; ++warp) {
+          int bank_groups[8] = {};
+          int active = 0;
+          for (int lane = 0; lane < 32; ++lane) {
+            const int tid = 32 * warp + lane;
+            const int row = sm90::row_copy_row(tid, pass), chunk = sm90::row_copy_chunk(tid, j);
+            if (row >= rows) continue;
+            ++active;
+            ASSERT_LT(chunk, chunks);
+            const uint32_t off = sm90::row_copy_offset(sm90::row_copy_base(tid), rows, pass, j);
+            ASSERT_EQ(off, sm90::tile_byte_offset(rows, row, 8 * chunk)) << "tid " << tid << " pass " << pass;
+            ++hits[size_t(row * chunks + chunk)];
+            ++bank_groups[(off / 16) % 8];
+            // A row's lanes read adjacent chunks, the first at an even chunk: whole 32-byte sectors.
+            const int first = sm90::row_copy_chunk(tid - lane % sm90::kRowCopyThreadsPerRow, j);
+            EXPECT_EQ(first % 2, 0);
+            EXPECT_EQ(chunk - first, lane % sm90::kRowCopyThreadsPerRow);
+          }
+          for (int g = 0; g < 8; ++g) EXPECT_EQ(bank_groups[g], active / 8) << "warp " << warp << " group " << g;
+        }
+    for (int i = 0; i < rows * chunks; ++i)
+      ASSERT_EQ(hits[size_t(i)], 1) << "row " << i / chunks << " chunk " << i % chunks;
+  }
+}
+
 // The clearing of a V tile's rows past a sequence (fwd_kernel.cuh, clear_rows) writes whole 128-byte panel
 // rows: row r of panel p is exactly bytes [p * rows * 128 + r * 128, + 128) of the tile, whatever the
 // swizzle does inside it.
@@ -919,18 +957,20 @@ TEST(CudaSm90, VarlenAndScoreModsAtSequenceEdges) {
       }
 }
 
-// Paged K/V (vLLM's call: a varlen forward with block_table and seqused_k) at each bucket: page sizes whose
-// box is smaller than the key tile (8, 16, 48: a tile spans pages, and at 48 a page spans tiles), one page
-// per tile or more (128, 256 where the 80-key tile straddles pages), the unused rows of the pool NaN (the
-// last tile's rows past a sequence are cleared before P V), causal and not, GQA; seqused_k over contiguous
-// keys too (NaN keys past each used count). Page sizes without a box that is a multiple of 8 are declined.
+// Paged K/V (vLLM's call: a varlen forward with block_table and seqused_k) at each bucket: page sizes
+// shorter than the key tile, whose rows the producer copies with cp.async (5: no TMA box exists; 8, 16, 48:
+// a tile spans pages, and at 48 a page spans tiles), one page per tile or more (128, 256 where the 80-key
+// tile straddles pages: TMA boxes), the unused rows of the pool NaN (the last tile's rows past a sequence
+// are cleared or zero-filled before P V), causal and not, GQA; seqused_k over contiguous keys too (NaN keys
+// past each used count). FLASHATTN_SM90_PAGED_ROWS=0 / 1 runs the same cases on boxes / rows wherever
+// possible (scripts/gpu-check.sh).
 TEST(CudaSm90, PagedVarlenAtPageAndTileBoundaries) {
   FA_SKIP_WITHOUT_GPU(kBackend);
   uint64_t seed = 2900;
   const std::vector<int64_t> q_lens = {1, 129, 0, 300, 63};
   const std::vector<int64_t> k_lens = {700, 200, 5, 300, 1};
   for (int64_t dim : {64, 128, 256, 192})
-    for (int64_t page : {0, 8, 16, 48, 128, 256})
+    for (int64_t page : {0, 5, 8, 16, 48, 128, 256})
       for (bool causal : {false, true}) {
         AttnConfig c;
         c.dtype = (seed % 2) ? flashattn::DType::bf16 : flashattn::DType::f16;

@@ -49,6 +49,16 @@ __device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
 #endif
 }
 
+// One arrival of this thread, made by the hardware once every cp.async the thread issued before it has
+// written shared memory (.noinc: it counts against the arrivals the barrier was initialised with, so each
+// copying thread is one of them). The writes are the generic proxy's: a wgmma that reads them needs
+// wgmma::fence_proxy_async() after its wait on the barrier.
+__device__ __forceinline__ void cp_async_mbarrier_arrive(uint32_t bar) {
+#if FLASHATTN_ASYNC_ENABLED
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+#endif
+}
+
 // One arrival that also adds `bytes` to the transactions the current phase waits for (the bytes of the
 // TMA loads that will complete on this barrier).
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {

@@ -116,6 +116,16 @@ __device__ __forceinline__ void fence_proxy_async() {
 #endif
 }
 
+// The same fence where `on` (a predicated instruction rather than a branch around it, which would split the
+// consumer's loop into blocks): after a wait on a barrier that cp.async copies completed (cp.async's writes
+// are the generic proxy's), before wgmma reads what they wrote.
+__device__ __forceinline__ void fence_proxy_async_if(bool on) {
+#if FLASHATTN_WGMMA_ENABLED
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %0, 0;\n@p fence.proxy.async.shared::cta;\n}\n" ::"r"(uint32_t(on))
+               : "memory");
+#endif
+}
+
 // Operand lists of the wrappers below: the accumulator registers acc[j][0..3] of column groups j, and
 // their placeholders.
 #define FA_WGMMA_ACC4(acc, j) "+f"(acc[j][0]), "+f"(acc[j][1]), "+f"(acc[j][2]), "+f"(acc[j][3])

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "api/problem.h"
+#include "cuda/attn/fast_divmod.h"
 #include "cuda/attn/tile_order.h"
 
 namespace flashattn::detail::cuda::sm90 {
@@ -36,7 +37,12 @@ struct FwdArgs {
   // Paged K/V (p.paged.block_table): k_map / v_map are (head dim, page rows, heads, blocks) with boxes of
   // paged_box_rows rows (fwd_tile.h); 0 when K/V are not paged.
   int paged_box_rows = 0;
-  int paged_columns = 0;  // block-table entries a sequence can use: capacity / page_size
+  int paged_columns = 0;  // block-table entries a sequence can use: capacity / page_size; 0: an empty pool
+  // Paged K/V whose pages are shorter than a key tile: the producer warpgroup copies K/V rows with 16-byte
+  // cp.async instead of page-sized TMA boxes (fwd_kernel.cuh, produce_paged_rows); page_div divides key
+  // positions by page_size.
+  bool paged_rows = false;
+  attn::FastDivmod page_div;
 };
 
 }  // namespace flashattn::detail::cuda::sm90

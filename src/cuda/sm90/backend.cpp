@@ -68,6 +68,17 @@ bool overlap_enabled() {
 // where the 16-byte stores keep every thread on the epilogue until they are issued. Written for issue 28's
 // 2k-token points, where a work tile's epilogue and start are a larger share; not yet measured, so off unless
 // FLASHATTN_SM90_TMA_STORE=1. Dense calls only: a varlen call's box would run into the next sequence's rows.
+// Paged K/V: whether the producer copies rows with cp.async (fwd_kernel.cuh, produce_paged_rows) instead of
+// loading page-sized TMA boxes: where a key tile spans several pages (a box shorter than the tile), and
+// always where no box exists (a page size without a divisor of the tile that is a multiple of 8).
+// FLASHATTN_SM90_PAGED_ROWS=0 keeps the boxes wherever they exist, =1 copies rows at every page size (A/B).
+bool paged_rows_copy(int box_rows, int block_n) {
+  static const bool never = env_is("FLASHATTN_SM90_PAGED_ROWS", "0");
+  static const bool always = env_is("FLASHATTN_SM90_PAGED_ROWS", "1");
+  if (box_rows == 0 || always) return true;
+  return !never && box_rows < block_n;
+}
+
 bool tma_store_enabled(const FwdProblem& p) {
   static const bool on = env_is("FLASHATTN_SM90_TMA_STORE", "1");
   return on && !p.varlen();
@@ -256,7 +267,8 @@ std::string device_reason(int device) {
 [[maybe_unused]] std::string views_reason(const FwdProblem& p, int64_t elem_bytes, int block_m) {
   constexpr int64_t kMaxCoord = int64_t(1) << 30;
   if (map_rows_q(p) > kMaxCoord || map_rows_k(p) > kMaxCoord || p.seqlen_q > kMaxCoord || p.seqlen_k > kMaxCoord ||
-      p.heads > kMaxCoord || p.batch > kMaxCoord || map_batch_k(p) > kMaxCoord || p.paged.capacity > kMaxCoord)
+      p.heads > kMaxCoord || p.batch > kMaxCoord || map_batch_k(p) > kMaxCoord || p.paged.capacity > kMaxCoord ||
+      p.paged.page_size > kMaxCoord)
     return "a dimension above 2^30 (32-bit TMA coordinates)";
   const int64_t tiles = cuda::ceil_div(p.seqlen_q, block_m) * p.heads * p.batch;
   if (tiles > cuda::kMaxGridX) return "the forward has " + std::to_string(tiles) + " work tiles, above 2^31 - 1";
@@ -290,9 +302,6 @@ std::string supports_fwd(const FwdProblem& p) {
   if (p.dtype == DType::fp8_e4m3) return fp8_reason(p);
   const int bucket = fwd_bucket(p.head_dim);
   if (std::string why = kernel_reason(p, bucket, "a multiple of 8 in (32, 256]"); !why.empty()) return why;
-  if (p.paged_kv() && cuda::sm90::paged_box_rows(p.paged.page_size, fwd_tile(bucket).block_n) == 0)
-    return "paged K/V: page_size " + std::to_string(p.paged.page_size) + " and the " +
-           std::to_string(fwd_tile(bucket).block_n) + "-key tile have no common divisor that is a multiple of 8";
   if (std::string r = views_reason(p, 2, fwd_tile(bucket).block_m); !r.empty()) return r;
   return device_and_smem_reason(p.device.index, fwd_tile(bucket).smem_bytes());
 #endif
@@ -357,11 +366,13 @@ void run_fwd(const FwdProblem& p, Stream stream) {
   int key_box_rows = tile.block_n;
   if (p.paged_kv()) {
     args.paged_box_rows = key_box_rows = cuda::sm90::paged_box_rows(p.paged.page_size, tile.block_n);
-    // An empty pool: no entry is read, every box is outside the map (zeros; the map's one block is never
-    // loaded).
+    args.paged_rows = paged_rows_copy(args.paged_box_rows, tile.block_n);
+    if (args.paged_rows) args.page_div = cuda::attn::make_fast_divmod(uint32_t(p.paged.page_size));
+    // An empty pool: no entry is read; every box is outside the map (zeros; the map's one block is never
+    // loaded), every copied row zero-filled.
     args.paged_columns = p.paged.num_blocks > 0 ? int(p.paged.capacity / p.paged.page_size) : 0;
   }
-  set_qkv_maps(args, p, tile.block_m, key_box_rows);
+  set_qkv_maps(args, p, tile.block_m, args.paged_rows ? 1 : key_box_rows);  // k_map, v_map unused with rows
   if (args.tma_store)
     args.o_map =
         cuda::sm90::make_rows_map(p.out, p.dtype, p.head_dim, p.seqlen_q, p.heads, p.batch, cuda::sm90::kWgmmaRows);

@@ -30,6 +30,7 @@
 
 #include "common/score.h"
 #include "cuda/attn/fragment_mask.cuh"
+#include "cuda/attn/paged_keys.h"
 #include "cuda/attn/softmax.cuh"
 #include "cuda/attn/tile_range.h"
 #include "cuda/common/async_ptx.cuh"
@@ -347,8 +348,76 @@ __device__ __forceinline__ void produce(const FwdArgs& args, const Sm90TilePlace
   ++ps.tiles;
 }
 
+// Paged K/V whose pages are shorter than a key tile (args.paged_rows). Page-sized TMA boxes, one per page and
+// panel issued a lane at a time, measured 1.09-1.11x the contiguous call's time at page 16, D = 128 (32 boxes a
+// tile); here the producer warpgroup's 128 threads copy each visited K and V tile with 16-byte cp.async
+// (fwd_tile.h, row_copy_*: four threads a row), looking each row's page up once per tile
+// (attn::PagedKeyRows: entries clamped to the pool). Rows past the sequence, every row of an empty pool
+// (paged_columns 0) and chunks past the head dim are zero-filled (source size 0): nothing outside the cache
+// is read, and V's rows past the sequence are zeros without a clear. Each thread completes k_full after its
+// K copies and v_full after its V copies (cp.async.mbarrier.arrive.noinc: those barriers count 128
+// arrivals in such a call); the consumers fence the async proxy after their waits (the copies are generic-
+// proxy writes). Q stays a TMA load by thread 0, between the first K tile and its V as in `produce`.
+template <Sm90FwdTile kTile>
+__device__ __forceinline__ void produce_paged_rows(const FwdArgs& args, const Sm90TilePlace& t, uint32_t base,
+                                                   const FwdBarriers<kTile.stages>& bars, int tid,
+                                                   ProducerState<kTile.stages>& ps) {
+  constexpr int kBlockN = kTile.block_n, kPasses = row_copy_passes(kBlockN);
+  constexpr int kRowChunks = kTile.head_dim / 8 / kRowCopyThreadsPerRow;  // chunks a thread copies per row
+  const FwdProblem& p = args.p;
+  const int32_t* table = p.paged.block_table + t.b * p.paged.block_table_stride;
+  const int h = int(t.h), hk = h / args.group, n_end = t.n_end;
+  const int q_row = int(t.seq.q_start + t.m0), q_batch = p.cu_seqlens_q != nullptr ? 0 : int(t.b);
+  // Keys with a row to copy: the sequence's (at most its columns' capacity, seq_range), none in an empty pool.
+  const int keys = args.paged_columns > 0 ? int(t.seq.sk) : 0, chunk0 = row_copy_chunk(tid, 0);
+  // Copies j < copies of a row hold chunks inside the head dim (chunk0 + 2 j < head_dim / 8): one compare
+  // with an immediate per copy.
+  const int copies = (int(p.head_dim / 8) - chunk0 + 1) / 2;
+  const uint32_t thread_base = row_copy_base(tid);
+  // Copies the thread's rows of key tile n of K or V (`view`) into the stage at `tile`.
+  const auto copy_tile = [&](const RowsView& view, uint32_t tile, int n) {
+    const char* head = static_cast<const char*>(view.ptr) + (int64_t(hk) * view.head_stride + chunk0 * 8) * 2;
+#pragma unroll 1
+    for (int pass = 0; pass < kPasses; ++pass) {
+      const int row = row_copy_row(tid, pass);
+      if (kBlockN % kRowCopyRowStep != 0 && row >= kBlockN) break;
+      const int key = n * kBlockN + row;
+      uint32_t column = 0, in_page = 0;
+      args.page_div.divmod(uint32_t(key), &column, &in_page);
+      const bool row_in = key < keys;
+      const int row_copies = row_in ? copies : 0;
+      const char* src = head;
+      if (row_in)
+        src += (int64_t(clamp_page(table[column], last_page_of(p.paged.num_blocks))) * view.batch_stride +
+                int64_t(in_page) * view.row_stride) *
+               2;
+#pragma unroll
+      for (int j = 0; j < kRowChunks; ++j)
+        ptx::cp_async_16(tile + row_copy_offset(thread_base, kBlockN, pass, j), src + 32 * j, j < row_copies);
+    }
+  };
+  // Key tile n: K, then Q (thread 0, first tile only), then V.
+  const auto copy_kv = [&](int n, bool with_q) {
+    async::mbarrier_wait(bars.empty(ps.ring.stage), ps.ring.empty_parity());
+    copy_tile(p.k, base + uint32_t(kTile.k_offset(ps.ring.stage)), n);
+    async::cp_async_mbarrier_arrive(bars.k_full(ps.ring.stage));
+    if (with_q && tid == 0) load_q<kTile>(args, base, bars, ps.tiles, q_row, h, q_batch);
+    copy_tile(p.v, base + uint32_t(kTile.v_offset(ps.ring.stage)), n);
+    async::cp_async_mbarrier_arrive(bars.v_full(ps.ring.stage));
+    ps.ring.advance();
+  };
+  // The first tile apart, so that Q's coordinates are not live in the loop (the producer's 40 registers).
+  if (t.n_begin < n_end)
+    copy_kv(t.n_begin, true);
+  else if (tid == 0)
+    load_q<kTile>(args, base, bars, ps.tiles, q_row, h, q_batch);
+  for (int n = t.n_begin + 1; n < n_end; ++n) copy_kv(n, false);
+  ++ps.tiles;
+}
+
 // Named barriers (0 is __syncthreads): the epilogue's, one per consumer warpgroup, and the ping-pong turns.
-inline constexpr uint32_t kEpilogueBarrier = 1, kTurnBarrier = 3;
+// kProducerBarrier: the producer warpgroup's 128 threads, where all of them copy (args.paged_rows).
+inline constexpr uint32_t kEpilogueBarrier = 1, kTurnBarrier = 3, kProducerBarrier = 5;
 
 template <typename T, int kHeadDim, bool kGeneral>
 __global__ void __launch_bounds__(fwd_tile(kHeadDim).threads(), 1) fwd_kernel(const __grid_constant__ FwdArgs args) {
@@ -385,9 +454,11 @@ __global__ void __launch_bounds__(fwd_tile(kHeadDim).threads(), 1) fwd_kernel(co
 
   if (threadIdx.x == 0) {
     async::mbarrier_init(bars.q_full, 1);
+    // One arrival with the TMA bytes, or one per producer thread whose copies complete it (args.paged_rows).
+    const uint32_t kv_arrivals = args.paged_rows ? uint32_t(kWarpgroupThreads) : 1u;
     for (int s = 0; s < kStages; ++s) {
-      async::mbarrier_init(bars.k_full(s), 1);
-      async::mbarrier_init(bars.v_full(s), 1);
+      async::mbarrier_init(bars.k_full(s), kv_arrivals);
+      async::mbarrier_init(bars.v_full(s), kv_arrivals);
       async::mbarrier_init(bars.empty(s), kConsumerThreads);
     }
     async::mbarrier_init(bars.v_edge, 1);
@@ -402,22 +473,41 @@ __global__ void __launch_bounds__(fwd_tile(kHeadDim).threads(), 1) fwd_kernel(co
 
   if (warpgroup == 0) {
     async::setmaxnreg_dec<kTile.producer_regs>();
-    if (threadIdx.x >= 32) return;
+    // The first warp loads (TMA), or the whole warpgroup copies paged rows (produce_paged_rows).
+    const bool rows = args.paged_rows;
+    if (threadIdx.x >= 32 && !rows) return;
     if (threadIdx.x == 0) {
       async::prefetch_tensormap(&args.q_map);
-      async::prefetch_tensormap(&args.k_map);
-      async::prefetch_tensormap(&args.v_map);
+      if (!rows) {
+        async::prefetch_tensormap(&args.k_map);
+        async::prefetch_tensormap(&args.v_map);
+      }
     }
     ProducerState<kStages> ps;
     DynamicTiles dyn{sched_words};
     for (uint32_t tile = blockIdx.x; tile < tiles;) {
       const Sm90TilePlace t = place_tile<kBlockM, kBlockN, kGroupedOrder>(args, tile);
-      if (t.valid_rows > 0) produce<kTile>(args, t, base, bars, int(threadIdx.x), ps);
+      if (t.valid_rows > 0) {
+        if (rows)
+          produce_paged_rows<kTile>(args, t, base, bars, int(threadIdx.x), ps);
+        else
+          produce<kTile>(args, t, base, bars, int(threadIdx.x), ps);
+      }
       if (!kPersistent) break;
       if (args.tile_counter != nullptr) {
         uint32_t next = 0;
         if (threadIdx.x == 0) next = dyn.draw(args.tile_counter, bars);
-        tile = __shfl_sync(0xffffffffu, next, 0);
+        if (rows) {
+          // The other 127 read the draw from its slot after a barrier of the warpgroup (and count it as
+          // thread 0's draw counted it): thread 0 writes that slot again two draws later, after the next such
+          // barrier, which each thread passes after reading.
+          async::named_barrier_sync(kProducerBarrier, kWarpgroupThreads);
+          if (threadIdx.x != 0) ++dyn.draws;
+          next = sched_words[sched_slot(dyn.draws - 1)];
+        } else {
+          next = __shfl_sync(0xffffffffu, next, 0);
+        }
+        tile = next;
       } else {
         tile += gridDim.x;
       }
@@ -447,6 +537,12 @@ __global__ void __launch_bounds__(fwd_tile(kHeadDim).threads(), 1) fwd_kernel(co
   // staged in Q's rows (their generic-proxy accesses ordered before the next Q's TMA writes).
   const auto release_q = [&] { async::mbarrier_arrive(bars.q_empty); };
 
+  // A consumer's wait for a K or V stage; where the producer copied it with cp.async (generic-proxy writes),
+  // the fence orders those writes before the async proxy's wgmma reads.
+  const auto wait_kv = [&](uint32_t bar, uint32_t parity) {
+    async::mbarrier_wait(bar, parity);
+    wgmma::fence_proxy_async_if(args.paged_rows);
+  };
   PipelineState<kStages> st;
   uint32_t tiles_done = 0;
   const auto consume = [&](uint32_t tile) {
@@ -502,7 +598,7 @@ __global__ void __launch_bounds__(fwd_tile(kHeadDim).threads(), 1) fwd_kernel(co
         async::named_barrier_arrive(consumer == 1, other_turn, kTurnThreads);
         async::named_barrier_sync(my_turn, kTurnThreads);
       }
-      async::mbarrier_wait(bars.k_full(st.stage), st.full_parity());
+      wait_kv(bars.k_full(st.stage), st.full_parity());
       Consumer::qk_issue(s[0], base, wg_row0, base + uint32_t(kTile.k_offset(st.stage)));
       async::named_barrier_arrive(pingpong, other_turn, kTurnThreads);
       Consumer::finish(s[0]);
@@ -529,9 +625,9 @@ __global__ void __launch_bounds__(fwd_tile(kHeadDim).threads(), 1) fwd_kernel(co
         PipelineState<kStages> next = st;
         next.advance();
         if (pingpong) async::named_barrier_sync(my_turn, kTurnThreads);
-        async::mbarrier_wait(bars.k_full(next.stage), next.full_parity());
+        wait_kv(bars.k_full(next.stage), next.full_parity());
         Consumer::qk_issue(s[0], base, wg_row0, base + uint32_t(kTile.k_offset(next.stage)));
-        async::mbarrier_wait(bars.v_full(st.stage), st.full_parity());
+        wait_kv(bars.v_full(st.stage), st.full_parity());
         Consumer::pv_issue_packed(o, pa, base + uint32_t(kTile.v_offset(st.stage)));
         async::named_barrier_arrive(pingpong, other_turn, kTurnThreads);
         float rescale[1][2];
@@ -549,13 +645,13 @@ __global__ void __launch_bounds__(fwd_tile(kHeadDim).threads(), 1) fwd_kernel(co
     }
     for (; n < t.n_end; ++n) {
       if (pingpong) async::named_barrier_sync(my_turn, kTurnThreads);
-      async::mbarrier_wait(bars.v_full(st.stage), st.full_parity());
+      wait_kv(bars.v_full(st.stage), st.full_parity());
       Consumer::pv_issue(o, s[0], base + uint32_t(kTile.v_offset(st.stage)));
       Consumer::finish(o);
       async::mbarrier_arrive(bars.empty(st.stage));  // the tensor cores are done reading K[n] and V[n]
       st.advance();
       if (n + 1 < t.n_end) {
-        async::mbarrier_wait(bars.k_full(st.stage), st.full_parity());
+        wait_kv(bars.k_full(st.stage), st.full_parity());
         Consumer::qk_issue(s[0], base, wg_row0, base + uint32_t(kTile.k_offset(st.stage)));
         async::named_barrier_arrive(pingpong, other_turn, kTurnThreads);
         Consumer::finish(s[0]);

@@ -78,11 +78,13 @@ struct Sm90FwdTile {
 
 // The compiled buckets' tiles; head_dim 0 for a bucket without an sm90 kernel. `general`: the softcap/ALiBi
 // instance, whose consumers need the score transform's state too. The register split (setmaxnreg) is the
-// only difference: the producer's per-tile state of the persistent grid needs 32 registers, which leaves
-// the consumers 232, enough for the plain instances; the general ones need 240 for their consumers, so
-// their producers get 24 and keep a few words of that state in local memory between work tiles.
+// only difference: the producer gets 40 registers (the per-tile state of the persistent grid and the
+// paged row copies of produce_paged_rows; it still keeps a word or two of that state in local memory,
+// loaded once per work tile), which leaves the consumers 232 (3 x 128 threads share 504 a lane), enough for
+// the plain instances; the general ones need 240 for their consumers, so their producers get 24 and keep
+// more of that state in local memory.
 FA_HD constexpr Sm90FwdTile fwd_tile(int bucket, bool general = false) {
-  const int producer = general ? 24 : 32, consumer = general ? 240 : 232;
+  const int producer = general ? 24 : 40, consumer = general ? 240 : 232;
   // 128 x 128, two stages: S (64 x 128) and O (64 x 128) take 64 fp32 registers each per consumer
   // thread, P 32 more; Q + 2 x (K + V) + O's staging tile = 192 KB.
   if (bucket == 128) return Sm90FwdTile{128, 128, 128, 2, producer, consumer};
@@ -126,6 +128,29 @@ constexpr int paged_box_rows(int64_t page_size, int block_n) {
   if (page_size <= 0 || block_n <= 0) return 0;
   const int64_t box = std::gcd(page_size, int64_t(block_n));
   return box % 8 == 0 ? int(box) : 0;
+}
+
+// Paged K/V whose pages are shorter than a key tile (fwd_kernel.cuh, produce_paged_rows): the producer
+// warpgroup's 128 threads copy a K or V tile in 16-byte chunks with cp.async. Thread `tid` takes chunks
+// tid % 2 + 2 j of rows tid / 2 + 64 pass: each instruction reads whole 32-byte sectors (a row's two lanes,
+// adjacent chunks), and the 32 lanes of a warp (16 rows x 2 chunks) write each 16-byte bank group four
+// times, the least 512 bytes allow; a thread looks up two rows' pages per tile.
+inline constexpr int kRowCopyThreadsPerRow = 2;
+inline constexpr int kRowCopyRowStep = kWarpgroupThreads / kRowCopyThreadsPerRow;
+FA_HD constexpr int row_copy_passes(int block_n) { return (block_n + kRowCopyRowStep - 1) / kRowCopyRowStep; }
+FA_HD constexpr int row_copy_row(int tid, int pass) { return tid / kRowCopyThreadsPerRow + pass * kRowCopyRowStep; }
+FA_HD constexpr int row_copy_chunk(int tid, int j) { return tid % kRowCopyThreadsPerRow + kRowCopyThreadsPerRow * j; }
+// Byte offset of copy (pass, j) of thread tid in a tile of `rows` rows, tile_byte_offset of its row and
+// chunk, as a per-thread base (row tid / 2 and its chunk swizzled with the row's phase, the same phase in
+// every pass since the row step is a multiple of 8) and per-copy constants: chunk tid % 2 + 2 j lies in
+// panel j / 4 at in-panel chunk (tid % 2) | 2 (j % 4), so its swizzled position is the base's XOR 2 (j % 4).
+FA_HD constexpr uint32_t row_copy_base(int tid) {
+  const int row = tid / kRowCopyThreadsPerRow, chunk = tid % kRowCopyThreadsPerRow;
+  return uint32_t(row) * kPanelRowBytes + (uint32_t(chunk ^ (row % 8)) * 16u);
+}
+FA_HD constexpr uint32_t row_copy_offset(uint32_t thread_base, int rows, int pass, int j) {
+  return (thread_base ^ (uint32_t(j % 4) * 32u)) + uint32_t(j / 4) * uint32_t(rows) * kPanelRowBytes +
+         uint32_t(pass * kRowCopyRowStep) * kPanelRowBytes;
 }
 
 // Byte offset of byte `byte` (< 128) of panel row `row` from its panel's base: 128 bytes a row, 16-byte chunk c
