@@ -512,6 +512,11 @@ __global__ void __launch_bounds__(fwd_tile(kHeadDim).threads(), 1) fwd_kernel(co
         tile += gridDim.x;
       }
     }
+    // Row copies still in flight complete the barriers the consumers wait for: they finish before the thread.
+    if (rows) {
+      ptx::cp_async_commit();
+      ptx::cp_async_wait<0>();
+    }
     return;
   }
 
