@@ -186,6 +186,14 @@ if wants sm90; then
   # The persistent grid runs unmasked dense calls by default; forced on, it runs every call (causal, varlen,
   # paged), and forced off none.
   step sm90-tests-persistent 60 env FLASHATTN_SM90_PERSISTENT=1 "$TESTS" --gtest_filter="$sm90_filter" --gtest_brief=1
+  # Paged K/V copied as rows at every page size (by default only where no TMA box exists), also under the
+  # dynamic draw (its producer warpgroup then reads each draw from shared memory); memcheck and racecheck.
+  paged_test='CudaSm90.PagedVarlenAtPageAndTileBoundaries'
+  step sm90-tests-paged-rows 60 env FLASHATTN_SM90_PAGED_ROWS=1 "$TESTS" --gtest_filter="$paged_test" --gtest_brief=1
+  for tool in memcheck racecheck; do
+    step "sm90-$tool-paged-rows" 120 env FLASHATTN_SM90_PAGED_ROWS=1 FLASHATTN_SM90_PERSISTENT=1 FLASHATTN_SM90_DYNAMIC=1 \
+      compute-sanitizer --tool "$tool" --error-exitcode 99 "$TESTS" --gtest_filter="$paged_test" --gtest_brief=1
+  done
   step sm90-tests-no-persistent 60 env FLASHATTN_SM90_PERSISTENT=0 "$TESTS" --gtest_filter='CudaSm90.*' --gtest_brief=1
   # The dynamic tile draw on every persistent call (varlen and unmasked ones included), and the epilogue's
   # TMA store (opt-in until measured).

@@ -957,13 +957,13 @@ TEST(CudaSm90, VarlenAndScoreModsAtSequenceEdges) {
       }
 }
 
-// Paged K/V (vLLM's call: a varlen forward with block_table and seqused_k) at each bucket: page sizes
-// shorter than the key tile, whose rows the producer copies with cp.async (5: no TMA box exists; 8, 16, 48:
-// a tile spans pages, and at 48 a page spans tiles), one page per tile or more (128, 256 where the 80-key
-// tile straddles pages: TMA boxes), the unused rows of the pool NaN (the last tile's rows past a sequence
-// are cleared or zero-filled before P V), causal and not, GQA; seqused_k over contiguous keys too (NaN keys
-// past each used count). FLASHATTN_SM90_PAGED_ROWS=0 / 1 runs the same cases on boxes / rows wherever
-// possible (scripts/gpu-check.sh).
+// Paged K/V (vLLM's call: a varlen forward with block_table and seqused_k) at each bucket: a page size with
+// no TMA box, whose rows the producer copies with cp.async (5), page sizes whose boxes are shorter than the
+// key tile (8, 16, 48: a tile spans pages, and at 48 a page spans tiles), one page per tile or more (128,
+// 256 where the 80-key tile straddles pages), the unused rows of the pool NaN (the last tile's rows past a
+// sequence are cleared or zero-filled before P V), causal and not, GQA; seqused_k over contiguous keys too
+// (NaN keys past each used count). FLASHATTN_SM90_PAGED_ROWS=1 runs every paged case on row copies
+// (scripts/gpu-check.sh).
 TEST(CudaSm90, PagedVarlenAtPageAndTileBoundaries) {
   FA_SKIP_WITHOUT_GPU(kBackend);
   uint64_t seed = 2900;

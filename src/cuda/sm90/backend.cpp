@@ -69,14 +69,13 @@ bool overlap_enabled() {
 // 2k-token points, where a work tile's epilogue and start are a larger share; not yet measured, so off unless
 // FLASHATTN_SM90_TMA_STORE=1. Dense calls only: a varlen call's box would run into the next sequence's rows.
 // Paged K/V: whether the producer copies rows with cp.async (fwd_kernel.cuh, produce_paged_rows) instead of
-// loading page-sized TMA boxes: where a key tile spans several pages (a box shorter than the tile), and
-// always where no box exists (a page size without a divisor of the tile that is a multiple of 8).
-// FLASHATTN_SM90_PAGED_ROWS=0 keeps the boxes wherever they exist, =1 copies rows at every page size (A/B).
-bool paged_rows_copy(int box_rows, int block_n) {
-  static const bool never = env_is("FLASHATTN_SM90_PAGED_ROWS", "0");
+// loading page-sized TMA boxes: only where no box exists (a page size without a divisor of the tile that
+// is a multiple of 8). Where boxes exist they measured faster: page 16, D = 128, H100, 1.16-1.19x the
+// contiguous call's time against 1.30-1.34x with rows (bench/NOTES.md, session 26).
+// FLASHATTN_SM90_PAGED_ROWS=1 copies rows at every page size (the A/B arm).
+bool paged_rows_copy(int box_rows) {
   static const bool always = env_is("FLASHATTN_SM90_PAGED_ROWS", "1");
-  if (box_rows == 0 || always) return true;
-  return !never && box_rows < block_n;
+  return box_rows == 0 || always;
 }
 
 bool tma_store_enabled(const FwdProblem& p) {
@@ -366,7 +365,7 @@ void run_fwd(const FwdProblem& p, Stream stream) {
   int key_box_rows = tile.block_n;
   if (p.paged_kv()) {
     args.paged_box_rows = key_box_rows = cuda::sm90::paged_box_rows(p.paged.page_size, tile.block_n);
-    args.paged_rows = paged_rows_copy(args.paged_box_rows, tile.block_n);
+    args.paged_rows = paged_rows_copy(args.paged_box_rows);
     if (args.paged_rows) args.page_div = cuda::attn::make_fast_divmod(uint32_t(p.paged.page_size));
     // An empty pool: no entry is read; every box is outside the map (zeros; the map's one block is never
     // loaded), every copied row zero-filled.
