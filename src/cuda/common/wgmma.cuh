@@ -116,9 +116,10 @@ __device__ __forceinline__ void fence_proxy_async() {
 #endif
 }
 
-// The same fence where `on` (a predicated instruction rather than a branch around it, which would split the
-// consumer's loop into blocks): after a wait on a barrier that cp.async copies completed (cp.async's writes
-// are the generic proxy's), before wgmma reads what they wrote.
+// The same fence where `on`: after a wait on a barrier that cp.async copies completed (cp.async's writes are
+// the generic proxy's), before wgmma reads what they wrote. Written as a predicated PTX instruction; ptxas
+// still emits a branch around the fence, and the consumers' loop it gives is the one measured (session 26:
+// a plain `if` around fence_proxy_async() schedules the loop slightly differently, not measured).
 __device__ __forceinline__ void fence_proxy_async_if(bool on) {
 #if FLASHATTN_WGMMA_ENABLED
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %0, 0;\n@p fence.proxy.async.shared::cta;\n}\n" ::"r"(uint32_t(on))

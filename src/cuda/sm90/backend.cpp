@@ -64,13 +64,9 @@ bool overlap_enabled() {
   return on;
 }
 
-// The epilogue's TMA store of O (fwd_kernel.cuh): one thread issues a box per panel and the warpgroup moves on,
-// where the 16-byte stores keep every thread on the epilogue until they are issued. Written for issue 28's
-// 2k-token points, where a work tile's epilogue and start are a larger share; not yet measured, so off unless
-// FLASHATTN_SM90_TMA_STORE=1. Dense calls only: a varlen call's box would run into the next sequence's rows.
 // Paged K/V: whether the producer copies rows with cp.async (fwd_kernel.cuh, produce_paged_rows) instead of
 // loading page-sized TMA boxes: only where no box exists (a page size without a divisor of the tile that
-// is a multiple of 8). Where boxes exist they measured faster: page 16, D = 128, H100, 1.16-1.19x the
+// is a multiple of 8). Where boxes exist they measured faster: page 16, D = 128, H100, 1.12-1.20x the
 // contiguous call's time against 1.30-1.34x with rows (bench/NOTES.md, session 26).
 // FLASHATTN_SM90_PAGED_ROWS=1 copies rows at every page size (the A/B arm).
 bool paged_rows_copy(int box_rows) {
@@ -78,6 +74,10 @@ bool paged_rows_copy(int box_rows) {
   return box_rows == 0 || always;
 }
 
+// The epilogue's TMA store of O (fwd_kernel.cuh): one thread issues a box per panel and the warpgroup moves on,
+// where the 16-byte stores keep every thread on the epilogue until they are issued. Written for issue 28's
+// 2k-token points, where a work tile's epilogue and start are a larger share; not yet measured, so off unless
+// FLASHATTN_SM90_TMA_STORE=1. Dense calls only: a varlen call's box would run into the next sequence's rows.
 bool tma_store_enabled(const FwdProblem& p) {
   static const bool on = env_is("FLASHATTN_SM90_TMA_STORE", "1");
   return on && !p.varlen();

@@ -348,16 +348,16 @@ __device__ __forceinline__ void produce(const FwdArgs& args, const Sm90TilePlace
   ++ps.tiles;
 }
 
-// Paged K/V whose pages are shorter than a key tile (args.paged_rows). Page-sized TMA boxes, one per page and
-// panel issued a lane at a time, measured 1.09-1.11x the contiguous call's time at page 16, D = 128 (32 boxes a
-// tile); here the producer warpgroup's 128 threads copy each visited K and V tile with 16-byte cp.async
-// (fwd_tile.h, row_copy_*: four threads a row), looking each row's page up once per tile
-// (attn::PagedKeyRows: entries clamped to the pool). Rows past the sequence, every row of an empty pool
-// (paged_columns 0) and chunks past the head dim are zero-filled (source size 0): nothing outside the cache
-// is read, and V's rows past the sequence are zeros without a clear. Each thread completes k_full after its
-// K copies and v_full after its V copies (cp.async.mbarrier.arrive.noinc: those barriers count 128
-// arrivals in such a call); the consumers fence the async proxy after their waits (the copies are generic-
-// proxy writes). Q stays a TMA load by thread 0, between the first K tile and its V as in `produce`.
+// Paged K/V whose page size has no TMA box (args.paged_rows: no divisor of the key tile that is a multiple of 8,
+// page sizes 1-7 or 100 say; FLASHATTN_SM90_PAGED_ROWS=1 forces it everywhere): the producer warpgroup's 128
+// threads copy each visited K and V tile with 16-byte cp.async (fwd_tile.h, row_copy_*: two threads a row),
+// looking each row's page up once per tile (attn::PagedKeyRows: entries clamped to the pool). Rows past the
+// sequence, every row of an empty pool (paged_columns 0) and chunks past the head dim are zero-filled (source
+// size 0): nothing outside the cache is read, and V's rows past the sequence are zeros without a clear. Each
+// thread completes k_full after its K copies and v_full after its V copies (cp.async.mbarrier.arrive.noinc:
+// those barriers count 128 arrivals in such a call); the consumers fence the async proxy after their waits
+// (the copies are generic-proxy writes). Q stays a TMA load by thread 0, between the first K tile and its V
+// as in `produce`. Where boxes exist they measured faster (docs/kernels.md, "Paged K/V").
 template <Sm90FwdTile kTile>
 __device__ __forceinline__ void produce_paged_rows(const FwdArgs& args, const Sm90TilePlace& t, uint32_t base,
                                                    const FwdBarriers<kTile.stages>& bars, int tid,
@@ -365,7 +365,7 @@ __device__ __forceinline__ void produce_paged_rows(const FwdArgs& args, const Sm
   constexpr int kBlockN = kTile.block_n, kPasses = row_copy_passes(kBlockN);
   constexpr int kRowChunks = kTile.head_dim / 8 / kRowCopyThreadsPerRow;  // chunks a thread copies per row
   const FwdProblem& p = args.p;
-  const int32_t* table = p.paged.block_table + t.b * p.paged.block_table_stride;
+  const attn::PagedKeyRows pages = attn::paged_key_rows(p.paged, args.page_div, t.b);
   const int h = int(t.h), hk = h / args.group, n_end = t.n_end;
   const int q_row = int(t.seq.q_start + t.m0), q_batch = p.cu_seqlens_q != nullptr ? 0 : int(t.b);
   // Keys with a row to copy: the sequence's (at most its columns' capacity, seq_range), none in an empty pool.
@@ -382,15 +382,10 @@ __device__ __forceinline__ void produce_paged_rows(const FwdArgs& args, const Sm
       const int row = row_copy_row(tid, pass);
       if (kBlockN % kRowCopyRowStep != 0 && row >= kBlockN) break;
       const int key = n * kBlockN + row;
-      uint32_t column = 0, in_page = 0;
-      args.page_div.divmod(uint32_t(key), &column, &in_page);
       const bool row_in = key < keys;
       const int row_copies = row_in ? copies : 0;
       const char* src = head;
-      if (row_in)
-        src += (int64_t(clamp_page(table[column], last_page_of(p.paged.num_blocks))) * view.batch_stride +
-                int64_t(in_page) * view.row_stride) *
-               2;
+      if (row_in) src += pages.row_offset(key, view.batch_stride, view.row_stride) * 2;
 #pragma unroll
       for (int j = 0; j < kRowChunks; ++j)
         ptx::cp_async_16(tile + row_copy_offset(thread_base, kBlockN, pass, j), src + 32 * j, j < row_copies);
